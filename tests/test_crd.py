@@ -1,0 +1,263 @@
+"""The generated TFJob CRD and the offline TFJob validation (tfop.crd)."""
+import copy
+import json
+
+import pytest
+
+from seeds import seed_jobs
+from tfop import crd, crdgen
+from tfop.resources import resource_path
+
+MAX_CRD_JSON_BYTES = int(1.3 * 1024 * 1024)  # etcd takes at most 1.5 MiB per request
+VERSIONS = ["v1", "v1beta1", "v1alpha2"]
+
+
+def _versions():
+    return {v["name"]: v for v in crd.load_crd()["spec"]["versions"]}
+
+
+def _nodes(schema, path="<root>"):
+    yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from _nodes(child, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _nodes(schema["additionalProperties"], f"{path}{{}}")
+    if "items" in schema:
+        yield from _nodes(schema["items"], f"{path}[]")
+
+
+# ---------------------------------------------------------------- the CRD file
+def test_committed_crd_matches_generator():
+    assert resource_path("crds", crd.CRD_FILE).read_text() == crdgen.render(), \
+        "crds/ is stale: run python -m tfop.crdgen"
+
+
+def test_names_and_scope():
+    spec = crd.load_crd()["spec"]
+    assert crd.load_crd()["metadata"]["name"] == "tfjobs.kubeflow.org"
+    assert spec["group"] == "kubeflow.org" and spec["scope"] == "Namespaced"
+    assert spec["names"] == {"kind": "TFJob", "listKind": "TFJobList", "plural": "tfjobs",
+                             "singular": "tfjob", "shortNames": ["tfjob"],
+                             "categories": ["all", "kubeflow"]}
+    assert spec["conversion"] == {"strategy": "None"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_version_flags(version):
+    v = _versions()[version]
+    assert v["served"] is True
+    assert v["storage"] is (version == "v1")
+    assert v["subresources"] == {"status": {}}  # no scale subresource
+    cols = {c["name"]: c for c in v["additionalPrinterColumns"]}
+    assert list(cols) == ["State", "Ready", "Gang", "Message", "Age"]
+    assert cols["State"]["jsonPath"] == ".status.conditions[-1:].type"
+    assert cols["Gang"]["priority"] == 1 and cols["Message"]["priority"] == 1
+
+
+def test_only_v1_is_storage():
+    assert [n for n, v in _versions().items() if v["storage"]] == ["v1"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_schema_is_structural(version):
+    schema = crd.schema_for(version)
+    assert "$ref" not in json.dumps(schema)
+    for path, node in _nodes(schema):
+        assert not {"oneOf", "anyOf", "allOf", "not"} & set(node), path
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node, path
+            continue
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        if "properties" in node or "additionalProperties" in node:
+            assert node["type"] == "object", path
+        if "items" in node:
+            assert node["type"] == "array", path
+
+
+def test_preserve_unknown_fields_only_in_object_metadata():
+    paths = [p for p, n in _nodes(crd.schema_for("v1"))
+             if n.get("x-kubernetes-preserve-unknown-fields")]
+    assert paths and all(p.endswith(".metadata") for p in paths), paths
+
+
+def test_pod_template_is_described_and_list_maps_survive():
+    containers = crd.schema_for("v1")["properties"]["spec"]["properties"]["tfReplicaSpecs"][
+        "additionalProperties"]["properties"]["template"]["properties"]["spec"][
+        "properties"]["containers"]
+    assert containers["description"]
+    assert containers["x-kubernetes-list-type"] == "map"
+    assert containers["x-kubernetes-list-map-keys"] == ["name"]
+    port = containers["items"]["properties"]["ports"]["items"]["properties"]
+    assert port["protocol"]["default"] == "TCP"  # list-map keys need a default
+    assert port["containerPort"]["format"] == "int32"
+
+
+def test_legacy_versions_are_v1_without_descriptions():
+    v1 = crd.schema_for("v1")
+    for version in ("v1beta1", "v1alpha2"):
+        schema = crd.schema_for(version)
+        assert '"description"' not in json.dumps(schema)
+        assert schema == crdgen.strip_descriptions(v1)
+
+
+def test_crd_size_fits_etcd():
+    size = len(json.dumps(crd.load_crd(), separators=(",", ":")))
+    assert size < MAX_CRD_JSON_BYTES, f"CRD is {size} bytes as JSON"
+
+
+# ------------------------------------------------------------ seeds and bad jobs
+SEEDS = seed_jobs()
+
+
+def test_seeds_found():
+    versions = {job["apiVersion"] for _, job in SEEDS}
+    assert len(SEEDS) >= 5
+    assert versions == {f"kubeflow.org/{v}" for v in VERSIONS}
+
+
+@pytest.mark.parametrize("job", [j for _, j in SEEDS], ids=[i for i, _ in SEEDS])
+def test_seed_jobs_are_valid(job):
+    assert crd.schema_problems(job) == []
+
+
+def good_job(version="v1"):
+    container = {"name": "tensorflow", "image": "tf:latest",
+                 "ports": [{"name": "tfjob-port", "containerPort": 2222}]}
+    return {
+        "apiVersion": f"kubeflow.org/{version}", "kind": "TFJob",
+        "metadata": {"name": "mnist", "namespace": "default"},
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 3,
+                          "schedulingPolicy": {"minAvailable": 3, "minResources": {"cpu": "3"}}},
+            "tfReplicaSpecs": {
+                "Chief": {"replicas": 1, "template": {"spec": {"containers": [container]}}},
+                "Worker": {"replicas": 2, "restartPolicy": "ExitCode",
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": {"containers": [container]}}},
+            }},
+        "status": {"conditions": [{"type": "Running", "status": "True",
+                                   "lastTransitionTime": "2024-05-01T10:00:00Z"}],
+                   "replicaStatuses": {"Worker": {"active": 2}}, "ready": "3/3",
+                   "gang": {"backend": "volcano", "phase": "Running"}},
+    }
+
+
+def _set(path, value):
+    def apply(job):
+        *parents, last = path
+        node = job
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    return apply
+
+
+RS = ("spec", "tfReplicaSpecs")
+BAD_JOBS = [  # (id, change, field, message fragment)
+    ("two-chiefs", _set(RS + ("Master",), {"replicas": 1}),
+     "spec.tfReplicaSpecs", crdgen.MSG_ONE_CHIEF),
+    ("chief-replicas-2", _set(RS + ("Chief", "replicas"), 2),
+     "spec.tfReplicaSpecs.Chief.replicas", crdgen.MSG_CHIEF_REPLICAS),
+    ("evaluator-replicas-2", _set(RS + ("evaluator",), {"replicas": 2}),
+     "spec.tfReplicaSpecs.evaluator.replicas", crdgen.MSG_EVALUATOR_REPLICAS),
+    ("worker-replicas-negative", _set(RS + ("Worker", "replicas"), -1),
+     "spec.tfReplicaSpecs.Worker.replicas", "must be >= 0"),
+    ("restart-policy-sometimes", _set(RS + ("Worker", "restartPolicy"), "Sometimes"),
+     "spec.tfReplicaSpecs.Worker.restartPolicy", "Unsupported value: 'Sometimes'"),
+    ("clean-pod-policy-maybe", _set(("spec", "runPolicy", "cleanPodPolicy"), "Maybe"),
+     "spec.runPolicy.cleanPodPolicy", "Unsupported value: 'Maybe'"),
+    ("legacy-clean-pod-policy-maybe", _set(("spec", "cleanPodPolicy"), "Maybe"),
+     "spec.cleanPodPolicy", "Unsupported value: 'Maybe'"),
+    ("unknown-replica-type", _set(RS + ("Foo",), {"replicas": 1}),
+     "spec.tfReplicaSpecs.Foo", crdgen.MSG_UNKNOWN),
+    ("same-type-twice", _set(RS + ("worker",), {"replicas": 1}),
+     "spec.tfReplicaSpecs", crdgen.MSG_DUPLICATE),
+    ("empty-replica-specs", _set(RS, {}), "spec.tfReplicaSpecs", crdgen.MSG_EMPTY),
+    ("bad-name", _set(("metadata", "name"), "My_Job"), "metadata.name", crdgen.MSG_NAME),
+    ("name-too-long", _set(("metadata", "name"), "a" * 64), "metadata.name", crdgen.MSG_NAME),
+    ("unknown-field", _set(("spec", "tfReplicaSpec"), {}), "spec.tfReplicaSpec", "unknown field"),
+    ("success-policy", _set(("spec", "successPolicy"), "AnyWorker"),
+     "spec.successPolicy", "Unsupported value"),
+    ("replicas-not-int", _set(RS + ("Worker", "replicas"), "2"),
+     "spec.tfReplicaSpecs.Worker.replicas", "must be of type integer"),
+    ("duplicate-container", _set(RS + ("Worker", "template", "spec", "containers", 1),
+                                 {"name": "tensorflow", "image": "x"}),
+     "spec.tfReplicaSpecs.Worker.template.spec.containers[1]", "Duplicate value"),
+    ("container-without-name", _set(RS + ("Worker", "template", "spec", "containers", 0),
+                                    {"image": "x"}),
+     "spec.tfReplicaSpecs.Worker.template.spec.containers[0].name", "Required value"),
+    ("status-bad-time", _set(("status", "startTime"), "yesterday"),
+     "status.startTime", "date-time"),
+]
+
+
+def _insertable(change):
+    """_set on a list index appends when the index is the list's length."""
+    def apply(job):
+        try:
+            change(job)
+        except IndexError:
+            containers = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+            containers.append({"name": "tensorflow", "image": "x"})
+    return apply
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_good_job_is_valid(version):
+    assert crd.schema_problems(good_job(version)) == []
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("change,field,message", [b[1:] for b in BAD_JOBS],
+                         ids=[b[0] for b in BAD_JOBS])
+def test_bad_jobs_are_rejected(version, change, field, message):
+    job = good_job(version)
+    _insertable(change)(job)
+    problems = crd.schema_problems(job)
+    assert [p.field for p in problems] == [field], problems
+    assert message in problems[0].message
+
+
+def test_two_chiefs_named_in_any_case():
+    job = good_job()
+    job["spec"]["tfReplicaSpecs"]["master"] = {"replicas": 1}
+    assert [p.field for p in crd.rule_problems(job)] == ["spec.tfReplicaSpecs"]
+
+
+def test_nulls_are_pruned_like_the_apiserver():
+    job = good_job()
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]["creationTimestamp"] = None
+    job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = None
+    assert crd.schema_problems(job) == []
+
+
+def test_unknown_version_and_kind():
+    job = good_job()
+    job["apiVersion"] = "kubeflow.org/v2"
+    assert [p.field for p in crd.schema_problems(job)] == ["apiVersion"]
+    job = good_job()
+    job["kind"] = "PyTorchJob"
+    assert [p.field for p in crd.schema_problems(job)] == ["kind"]
+
+
+def test_schema_for_returns_copies():
+    crd.schema_for("v1")["properties"].clear()
+    assert crd.schema_for("v1")["properties"]
+    with pytest.raises(KeyError):
+        crd.schema_for("v2")
+
+
+def test_cel_rules_in_crd_match_python_messages():
+    rs = crd.schema_for("v1")["properties"]["spec"]["properties"]["tfReplicaSpecs"]
+    messages = {r["message"] for r in rs["x-kubernetes-validations"]}
+    assert messages == {crdgen.MSG_EMPTY, crdgen.MSG_UNKNOWN, crdgen.MSG_DUPLICATE,
+                        crdgen.MSG_ONE_CHIEF, crdgen.MSG_CHIEF_REPLICAS,
+                        crdgen.MSG_EVALUATOR_REPLICAS}
+    assert rs["maxProperties"] == 5
+
+
+def test_good_job_deepcopy_is_untouched_by_validation():
+    job = good_job()
+    before = copy.deepcopy(job)
+    crd.schema_problems(job)
+    assert job == before
