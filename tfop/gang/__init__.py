@@ -1,0 +1,1 @@
+"""Gang scheduling backends: one module per batch scheduler, chosen by registry.py."""

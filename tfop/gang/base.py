@@ -1,0 +1,99 @@
+"""The one small interface every gang backend implements.
+
+A backend is pure: it turns a job and its computed `GangShape` into the group
+object to create (if any) and the markings each pod carries, and reads the
+scheduler's verdict back from the observed group object and pods. The
+operator does all API calls; backends never talk to Kubernetes.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from tfop.model import ReplicaSpec, TFJob
+
+
+@dataclass(frozen=True)
+class GroupResource:
+    """Where a backend's group object lives in the API."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+@dataclass(frozen=True)
+class GangShape:
+    """What the gang needs, computed once per reconcile from the job (see shape.py)."""
+
+    group_name: str
+    min_member: int
+    # Per replica type (canonical name, e.g. "Worker"): members of that type in the gang.
+    min_task_member: Mapping[str, int]
+    # Summed requests of the first min_member pods, or schedulingPolicy.minResources.
+    min_resources: Mapping[str, str]
+    # Requests of one pod of each replica type (YuniKorn task groups need them).
+    pod_resources: Mapping[str, Mapping[str, str]]
+    queue: str | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class PodMarkings:
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GangState:
+    """The scheduler's verdict on a gang, as far as the observed objects tell."""
+
+    admitted: bool  # may the operator create the pods now?
+    phase: str = ""  # the group's phase, or "" when the backend has no group object
+    reason: str = ""
+    message: str = ""
+
+
+class GangBackend(ABC):
+    """Subclasses are registered under the `tfop.gang_backends` entry-point group."""
+
+    name: ClassVar[str]
+    # schedulerName stamped on pods unless --scheduler-name overrides it; None = cluster default.
+    default_scheduler_name: ClassVar[str | None]
+    # The group object's API, or None for backends that only mark pods.
+    group_resource: ClassVar[GroupResource | None] = None
+    # CRDs (plural.group) whose presence means this scheduler is installed (doctor, auto).
+    crds: ClassVar[tuple[str, ...]] = ()
+    # Extra ClusterRole rules the operator needs for this backend.
+    rbac_rules: ClassVar[tuple[Mapping[str, Any], ...]] = ()
+
+    def __init__(self, scheduler_name: str | None = None):
+        self.scheduler_name = scheduler_name or self.default_scheduler_name
+
+    def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
+        """The group object to create (name = shape.group_name, owned by the job), or None."""
+        return None
+
+    @abstractmethod
+    def pod_markings(
+        self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape
+    ) -> PodMarkings:
+        """Labels and annotations that make one pod a member of the gang."""
+
+    def group_changes(self, observed: Mapping[str, Any], desired: Mapping[str, Any]) -> dict | None:
+        """A merge patch bringing the observed group's spec to the desired one, or None."""
+        want = desired.get("spec", {})
+        have = observed.get("spec", {})
+        diff = {k: v for k, v in want.items() if have.get(k) != v}
+        return {"spec": diff} if diff else None
+
+    def state(self, group: Mapping[str, Any] | None, pods: list[Mapping[str, Any]]) -> GangState:
+        """Read the scheduler's verdict; default: pods may always be created."""
+        return GangState(admitted=True)

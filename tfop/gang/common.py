@@ -1,0 +1,91 @@
+"""Helpers every backend shares: group metadata, RBAC rules, why pods wait."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping
+
+from tfop.gang.base import GangShape, GangState, GroupResource
+from tfop.model import CHIEF_TYPES, LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, REPLICA_TYPES, TFJob
+
+# kubectl's copy of the whole TFJob: large, and meaningless on another object.
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+# Exactly what the operator does with a group object: create it, read and watch
+# it (its phase gates pod creation), patch it when the job is edited, delete it
+# when the job finishes or is suspended.
+GROUP_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+
+def group_rules(resource: GroupResource) -> tuple[dict, ...]:
+    return ({"apiGroups": [resource.group], "resources": [resource.plural],
+             "verbs": list(GROUP_VERBS)},)
+
+
+def group_metadata(job: TFJob, shape: GangShape) -> dict:
+    return {
+        "name": shape.group_name,
+        "namespace": job.namespace,
+        "labels": {LABEL_JOB: job.name, LABEL_OPERATOR: OPERATOR_NAME},
+        "annotations": {k: v for k, v in job.annotations.items() if k != LAST_APPLIED},
+        "ownerReferences": [job.owner_reference()],
+    }
+
+
+def base_object(resource: GroupResource, job: TFJob, shape: GangShape, spec: dict) -> dict:
+    return {"apiVersion": resource.api_version, "kind": resource.kind,
+            "metadata": group_metadata(job, shape), "spec": spec}
+
+
+def first_pod(job: TFJob) -> tuple[str, int] | None:
+    """The pod that carries job-wide settings (YuniKorn reads them from the first pod
+    it sees; the operator creates the chief first, then types in REPLICA_TYPES order)."""
+    active = [r.type for r in job.replicas if r.replicas > 0]
+    for rtype in CHIEF_TYPES + REPLICA_TYPES:
+        if rtype in active:
+            return rtype, 0
+    return (sorted(active)[0], 0) if active else None
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status", {}) or {}).get("conditions") or []:
+        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"):
+            return cond.get("message") or "no reason given"
+    return None
+
+
+def pending_reason(pods: list[Mapping[str, Any]]) -> tuple[str, str]:
+    """("Unschedulable", "N/M pods unschedulable: <scheduler's message>") or ("", "").
+
+    Gang schedulers write the same verdict on every member, so the most common
+    message is the gang's; others are counted, not listed, to keep it one line.
+    """
+    messages = [m for m in (_unschedulable(p) for p in pods) if m is not None]
+    if not messages:
+        return "", ""
+    counts = Counter(messages)
+    top = max(counts, key=lambda m: (counts[m], -messages.index(m)))
+    text = f"{len(messages)}/{len(pods)} pods unschedulable: {top}"
+    if len(counts) > 1:
+        text += f" (and {len(counts) - 1} other reason{'s' if len(counts) > 2 else ''})"
+    return "Unschedulable", text
+
+
+def condition(group: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:
+    for cond in ((group or {}).get("status", {}) or {}).get("conditions") or []:
+        if cond.get("type") == ctype and cond.get("status", "True") == "True":
+            return cond
+    return None
+
+
+def phase_of(group: Mapping[str, Any] | None) -> str:
+    return ((group or {}).get("status", {}) or {}).get("phase") or ""
+
+
+def with_pods(admitted: bool, phase: str, reason: str, message: str,
+              pods: list[Mapping[str, Any]]) -> GangState:
+    """Join the group's own verdict with the pods' PodScheduled messages."""
+    pod_reason, pod_message = pending_reason(pods)
+    messages = [m for m in (message, pod_message) if m]
+    return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason,
+                     message="; ".join(messages))

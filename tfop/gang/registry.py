@@ -1,0 +1,116 @@
+"""Map a --gang-scheduler-name value to a backend, and say why.
+
+Backends come from the `tfop.gang_backends` entry-point group (third parties
+add theirs there) plus the built-in table below, so a source checkout works
+without `pip install`. Installed entry points win over the table.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from importlib.metadata import entry_points
+
+from tfop.gang.base import GangBackend
+
+GROUP = "tfop.gang_backends"
+BUILTIN = {
+    "kube-arbitrator": "tfop.gang.pdb:PdbBackend",
+    "kube-batch": "tfop.gang.kube_batch:KubeBatchBackend",
+    "volcano": "tfop.gang.volcano:VolcanoBackend",
+    "scheduler-plugins": "tfop.gang.scheduler_plugins:SchedulerPluginsBackend",
+    "coscheduling": "tfop.gang.coscheduling:CoschedulingLabelsBackend",
+    "koordinator": "tfop.gang.koordinator:KoordinatorBackend",
+    "yunikorn": "tfop.gang.yunikorn:YunikornBackend",
+}
+ALIASES = {"pdb": "kube-arbitrator"}
+DEFAULT = "volcano"  # upstream's --gang-scheduler-name default
+FALLBACK = "scheduler-plugins"  # upstream v1.7+: any other name selects it
+AUTO = "auto"
+# `auto` prefers, among installed schedulers: Volcano (upstream's default), then
+# scheduler-plugins (upstream's other one), then kube-batch (Volcano's ancestor;
+# its CRD lingers after upgrades, hence below the two), then Koordinator (its
+# CRDs are installed for colocation too, so it is the weakest signal), then any
+# third-party backend that names CRDs, alphabetically. Label-only backends
+# (coscheduling, yunikorn) and the PDB one leave no CRD and are never picked.
+AUTO_ORDER = ("volcano", "scheduler-plugins", "kube-batch", "koordinator")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _targets() -> dict[str, str]:
+    table = dict(BUILTIN)
+    for ep in entry_points(group=GROUP):
+        table[ep.name] = ep.value
+    return table
+
+
+def backend_names() -> list[str]:
+    return sorted(_targets())
+
+
+def backend_class(name: str) -> type[GangBackend]:
+    """The class registered under `name` (or an alias); ValueError if it cannot load."""
+    canonical = ALIASES.get(name, name)
+    target = _targets().get(canonical)
+    if target is None:
+        raise ValueError(f"no gang backend named {name!r}; known: {', '.join(backend_names())}")
+    module_name, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"gang backend {name!r} ({target}) cannot be loaded: {err}") from err
+    if not (isinstance(cls, type) and issubclass(cls, GangBackend)):
+        raise ValueError(f"gang backend {name!r} ({target}) is not a GangBackend subclass")
+    return cls
+
+
+def detect_backend(installed_crds: set[str]) -> tuple[str, str]:
+    """(name, why) of the preferred backend whose CRDs are all installed."""
+    others = sorted(n for n in backend_names() if n not in AUTO_ORDER)
+    looked_for = []
+    for name in (*AUTO_ORDER, *others):
+        try:
+            crds = backend_class(name).crds
+        except ValueError:
+            continue  # a broken third-party plugin must not stop detection
+        if not crds:
+            continue
+        looked_for.extend(crds)
+        if set(crds) <= set(installed_crds):
+            return name, f"--gang-scheduler-name=auto: found {', '.join(crds)}, so {name}"
+    raise ValueError("--gang-scheduler-name=auto: no gang scheduler's CRDs are installed; "
+                     f"looked for {', '.join(looked_for)}")
+
+
+def load_backend(name: str | None, scheduler_name: str | None = None, *,
+                 installed_crds: set[str] | None = None) -> tuple[GangBackend, str]:
+    """The backend for a --gang-scheduler-name value, and a sentence saying why.
+
+    `scheduler_name` (--scheduler-name) overrides the backend's default
+    schedulerName. `auto` needs `installed_crds` (plural.group names).
+    """
+    if not name:
+        why = f"no --gang-scheduler-name given, so {DEFAULT} (upstream's default)"
+        name = DEFAULT
+    elif name == AUTO:
+        if installed_crds is None:
+            raise ValueError("--gang-scheduler-name=auto needs the list of installed CRDs")
+        name, why = detect_backend(installed_crds)
+    elif ALIASES.get(name, name) in _targets():
+        canonical = ALIASES.get(name, name)
+        why = (f"--gang-scheduler-name={name} selects {canonical}" if canonical != name
+               else f"--gang-scheduler-name={name}")
+        name = canonical
+    else:
+        if not _DNS_SUBDOMAIN.fullmatch(name):
+            raise ValueError(f"--gang-scheduler-name={name!r} is neither a known backend "
+                             f"({', '.join(backend_names())}) nor a valid schedulerName")
+        backend = backend_class(FALLBACK)(scheduler_name or name)
+        why = (f"{name!r} is not a known backend, so {FALLBACK} with pods' schedulerName "
+               f"{backend.scheduler_name!r}, as upstream v1.7+ does")
+        return backend, why
+    backend = backend_class(name)(scheduler_name)
+    where = (f"schedulerName {backend.scheduler_name!r}" if backend.scheduler_name
+             else "the cluster's default scheduler")
+    if scheduler_name:
+        where += " (from --scheduler-name)"
+    return backend, f"{why}; pods use {where}"
