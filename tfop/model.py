@@ -1,0 +1,139 @@
+"""The internal model of a TFJob: one shape for every served API version.
+
+`normalize.py` builds these from raw objects; everything downstream (reconcile,
+gang backends, render) reads only this model, never the raw dict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+GROUP = "kubeflow.org"
+KIND = "TFJob"
+PLURAL = "tfjobs"
+STORAGE_VERSION = "v1"
+SERVED_VERSIONS = ("v1", "v1beta1", "v1alpha2")
+
+# Canonical replica types, in the order objects are created and TF_CONFIG lists them.
+REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
+CHIEF_TYPES = ("Chief", "Master")
+RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+SUCCESS_POLICIES = ("", "AllWorkers")
+
+DEFAULT_CONTAINER = "tensorflow"
+DEFAULT_PORT_NAME = "tfjob-port"
+DEFAULT_PORT = 2222
+OPERATOR_NAME = "tfjob-controller"
+
+# Labels the operator stamps on every child; the legacy keys keep old selectors working.
+LABEL_OPERATOR = "training.kubeflow.org/operator-name"
+LABEL_JOB = "training.kubeflow.org/job-name"
+LABEL_TYPE = "training.kubeflow.org/replica-type"
+LABEL_INDEX = "training.kubeflow.org/replica-index"
+LABEL_ROLE = "training.kubeflow.org/job-role"
+LEGACY_LABELS = {
+    "job": ("job-name", "tf-job-name", "tf_job_name"),
+    "type": ("replica-type", "tf-replica-type"),
+    "index": ("replica-index", "tf-replica-index"),
+}
+LEGACY_GROUP_LABEL = "group-name"
+
+# tfop's own per-job settings, as annotations so upstream YAML stays valid.
+ANNOTATION_GANG_RESTART = "tfop.kubeflow.org/gang-restart"
+ANNOTATION_ON_SCHEDULE_TIMEOUT = "tfop.kubeflow.org/on-schedule-timeout"
+# Stamped on pods so a restart of the whole gang can be told from a single pod's.
+ANNOTATION_GANG_GENERATION = "tfop.kubeflow.org/gang-generation"
+
+
+@dataclass(frozen=True)
+class SchedulingPolicy:
+    min_available: int | None = None
+    queue: str | None = None
+    min_resources: Mapping[str, Any] | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    clean_pod_policy: str = "None"
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    suspend: bool = False
+    managed_by: str | None = None
+    scheduling: SchedulingPolicy = field(default_factory=SchedulingPolicy)
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    type: str  # canonical, e.g. "Worker"
+    replicas: int
+    restart_policy: str
+    template: Mapping[str, Any]  # the user's PodTemplateSpec; never mutated
+
+    @property
+    def lower(self) -> str:
+        return self.type.lower()
+
+    @property
+    def pod_restart_policy(self) -> str:
+        # ExitCode is implemented by the operator, so the kubelet must never restart.
+        return "Never" if self.restart_policy == "ExitCode" else self.restart_policy
+
+    def port(self) -> int:
+        for container in self.template.get("spec", {}).get("containers", []) or []:
+            if container.get("name") == DEFAULT_CONTAINER:
+                for p in container.get("ports", []) or []:
+                    if p.get("name") == DEFAULT_PORT_NAME and p.get("containerPort"):
+                        return int(p["containerPort"])
+        return DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class TFJob:
+    name: str
+    namespace: str
+    uid: str
+    api_version: str
+    replicas: tuple[ReplicaSpec, ...]
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    success_policy: str = ""
+    dynamic_worker: bool = False
+    generation: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    creation_timestamp: str | None = None
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    def replica(self, rtype: str) -> ReplicaSpec | None:
+        for spec in self.replicas:
+            if spec.type == rtype:
+                return spec
+        return None
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(r.replicas for r in self.replicas)
+
+    @property
+    def chief(self) -> ReplicaSpec | None:
+        for spec in self.replicas:
+            if spec.type in CHIEF_TYPES:
+                return spec
+        return None
+
+    def owner_reference(self) -> dict:
+        return {
+            "apiVersion": f"{GROUP}/{STORAGE_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def pod_name(job_name: str, rtype: str, index: int) -> str:
+    return f"{job_name}-{rtype.lower()}-{index}"

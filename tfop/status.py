@@ -1,0 +1,75 @@
+"""Job conditions as upstream clients (Training SDK, dashboards) read them."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED = (
+    "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
+)
+REASON = {
+    CREATED: "TFJobCreated",
+    RUNNING: "TFJobRunning",
+    RESTARTING: "TFJobRestarting",
+    SUCCEEDED: "TFJobSucceeded",
+    FAILED: "TFJobFailed",
+    SUSPENDED: "TFJobSuspended",
+}
+RESUMED = "TFJobResumed"
+
+
+def timestamp(now: datetime) -> str:
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def find(conditions: list[dict], ctype: str) -> dict | None:
+    for condition in conditions:
+        if condition.get("type") == ctype:
+            return condition
+    return None
+
+
+def is_true(conditions: list[dict], ctype: str) -> bool:
+    condition = find(conditions, ctype)
+    return bool(condition) and condition.get("status") == "True"
+
+
+def is_finished(conditions: list[dict]) -> bool:
+    return is_true(conditions, SUCCEEDED) or is_true(conditions, FAILED)
+
+
+def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str, message: str, now: datetime) -> list[dict]:
+    """A new list with the condition set; unchanged (same object values) when nothing differs.
+
+    Running and Restarting replace each other; a finished job's Running turns False.
+    The newest condition goes last, since `kubectl get` prints the last one.
+    """
+    value = "True" if status else "False"
+    old = find(conditions, ctype)
+    if old and old.get("status") == value and old.get("reason") == reason and old.get("message") == message:
+        return conditions
+    stamp = timestamp(now)
+    new: dict[str, Any] = {
+        "type": ctype, "status": value, "reason": reason, "message": message,
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == value else stamp,
+    }
+    drop = {ctype}
+    if status and ctype == RUNNING:
+        drop.add(RESTARTING)
+    if status and ctype == RESTARTING:
+        drop.add(RUNNING)
+    result = [c for c in conditions if c.get("type") not in drop]
+    if status and ctype in (SUCCEEDED, FAILED):
+        running = find(result, RUNNING)
+        if running and running.get("status") == "True":
+            result = [dict(c, status="False", lastUpdateTime=stamp, lastTransitionTime=stamp)
+                      if c is running else c for c in result]
+    result.append(new)
+    return result
