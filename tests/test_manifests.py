@@ -1,0 +1,96 @@
+"""`tfop manifests`: every variant valid under kubernetes-validate strict, rules exact."""
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tfop import manifests, rbac
+from tfop.gang import registry
+
+VERSION = kubernetes_validate.utils.latest_version()
+VARIANTS = [(False, None)] + [(True, n) for n in registry.backend_names()] + [
+    (True, None), (True, "pdb"), (True, "my-coscheduler")]
+
+
+def _by_kind(objs):
+    return {o["kind"]: o for o in objs}
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {v: manifests.render_manifests(*v) for v in VARIANTS}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: str(v))
+def test_valid_strict(rendered, variant):
+    for obj in rendered[variant]:
+        kubernetes_validate.validate(obj, VERSION, strict=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: str(v))
+def test_apply_order_and_role(rendered, variant):
+    objs = rendered[variant]
+    kinds = [o["kind"] for o in objs]
+    assert kinds == sorted(kinds, key=manifests.KIND_ORDER.index)
+    assert kinds[0] == "CustomResourceDefinition" and kinds[-1] == "Deployment"
+    role = _by_kind(objs)["ClusterRole"]
+    assert not rbac.has_wildcard(role["rules"])
+    enable, name = variant
+    backend = manifests.resolve_backend(name) if enable else None
+    assert role["rules"] == rbac.operator_rules(backend)
+
+
+def test_gang_rules_only_with_gang(rendered):
+    off = _by_kind(rendered[(False, None)])["ClusterRole"]["rules"]
+    assert off == rbac.operator_rules(None)
+    on = _by_kind(rendered[(True, "volcano")])["ClusterRole"]["rules"]
+    assert {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]} in on
+    assert "scheduling.volcano.sh" not in json.dumps(off)
+
+
+@pytest.mark.parametrize("variant,args", [
+    ((False, None, None), ["run", "--all-namespaces"]),
+    ((True, "volcano", None),
+     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]),
+    ((True, None, None), ["run", "--enable-gang-scheduling", "--all-namespaces"]),
+    ((True, "coscheduling", "default-scheduler"),
+     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "coscheduling",
+      "--scheduler-name", "default-scheduler", "--all-namespaces"]),
+])
+def test_deployment(variant, args):
+    dep = _by_kind(manifests.render_manifests(*variant, namespace="ml", image="r/tfop:1"))["Deployment"]
+    assert dep["metadata"]["namespace"] == "ml"
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["args"] == args and c["image"] == "r/tfop:1"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["ports"][0]["containerPort"] == 8080
+    assert set(c["resources"]) == {"requests", "limits"}
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["runAsNonRoot"] and isinstance(pod["securityContext"]["runAsUser"], int)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_namespace_everywhere():
+    objs = _by_kind(manifests.render_manifests(namespace="ml"))
+    assert objs["Namespace"]["metadata"]["name"] == "ml"
+    assert objs["ServiceAccount"]["metadata"]["namespace"] == "ml"
+    assert objs["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml"
+
+
+def test_auto_refused_offline():
+    with pytest.raises(ValueError, match="auto"):
+        manifests.render_manifests(True, "auto")
+
+
+def test_dump_roundtrip_and_server_side_note():
+    objs = manifests.render_manifests()
+    text = manifests.dump(objs, "yaml")
+    assert "--server-side" in text.splitlines()[0]
+    assert list(yaml.safe_load_all(text)) == objs
+    assert json.loads(manifests.dump(objs, "json"))["items"] == objs

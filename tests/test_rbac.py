@@ -1,0 +1,59 @@
+"""rbac/ is generated from tfop.rbac; these tests make drift and wildcards impossible."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tfop import rbac
+from tfop.gang import registry
+
+RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
+
+
+def test_rbac_dir_matches_generator():
+    want = rbac.render_files()
+    have = {p.name: p.read_text() for p in RBAC_DIR.glob("*.yaml")}
+    assert have == want, "rbac/ is stale: run `python -m tfop.rbac`"
+
+
+@pytest.mark.parametrize("name", sorted(rbac.render_files()))
+def test_rbac_files_valid(name):
+    for obj in yaml.safe_load_all((RBAC_DIR / name).read_text()):
+        if obj["kind"] == "Kustomization":
+            continue
+        kubernetes_validate.validate(obj, kubernetes_validate.utils.latest_version(), strict=True)
+        assert not rbac.has_wildcard(obj.get("rules", []))
+
+
+def test_base_rules_exact():
+    perms = set(rbac.permissions(rbac.operator_rules(None)))
+    assert ("kubeflow.org", "tfjobs", "delete") in perms
+    assert ("kubeflow.org", "tfjobs/status", "patch") in perms
+    assert ("", "pods", "create") in perms
+    assert ("events.k8s.io", "events", "create") in perms
+    assert not {p for p in perms if p[0] == "coordination.k8s.io"}  # no leader election
+    assert ("", "pods", "update") not in perms
+    assert ("", "secrets", "get") not in perms
+    assert not rbac.has_wildcard(rbac.operator_rules(None))
+
+
+@pytest.mark.parametrize("name", registry.backend_names())
+def test_backend_rules_added_once(name):
+    backend, _ = registry.load_backend(name)
+    rules = rbac.operator_rules(backend)
+    assert rules[:len(rbac.BASE_RULES)] == rbac.operator_rules(None)
+    assert len({str(r) for r in rules}) == len(rules)
+    for rule in backend.rbac_rules:
+        assert rbac.canonical_rule(rule) in rules
+    assert not rbac.has_wildcard(rules)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kustomization_builds():
+    out = subprocess.run(["kubectl", "kustomize", str(RBAC_DIR)], check=True,
+                         capture_output=True, text=True).stdout
+    kinds = sorted(o["kind"] for o in yaml.safe_load_all(out))
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
