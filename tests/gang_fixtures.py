@@ -49,3 +49,12 @@ def seed000(**policy):
                                       schedulerName="kube-batchd")),
         replica("PS", 1, template(container(limits={"cpu": "1"}), schedulerName="kube-batchd")),
         name="tfjob-gang-scheduling", namespace="default", **policy)
+
+
+def crd_file(pattern: str):
+    """A scheduler's own CRD from the Go module cache (the e2e build fetches it), or None."""
+    import glob
+    import os
+    root = os.environ.get("GOMODCACHE") or os.path.expanduser("~/go/pkg/mod")
+    found = sorted(glob.glob(os.path.join(root, pattern)))
+    return found[-1] if found else None

@@ -1,0 +1,125 @@
+import pytest
+
+from tfop.gang import registry
+from tfop.gang.coscheduling import CoschedulingLabelsBackend
+from tfop.gang.kube_batch import KubeBatchBackend
+from tfop.gang.pdb import PdbBackend
+from tfop.gang.registry import backend_names, detect_backend, load_backend
+from tfop.gang.scheduler_plugins import SchedulerPluginsBackend
+from tfop.gang.volcano import VolcanoBackend
+
+NAMES = ["coscheduling", "koordinator", "kube-arbitrator", "kube-batch", "scheduler-plugins",
+         "volcano", "yunikorn"]
+
+
+def test_builtin_names_without_install():
+    assert set(NAMES) <= set(backend_names())
+
+
+def test_builtin_table_matches_setup_cfg_entry_points():
+    import configparser
+    from pathlib import Path
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    lines = cfg["options.entry_points"]["tfop.gang_backends"].strip().splitlines()
+    declared = dict(line.replace(" ", "").split("=", 1) for line in lines)
+    assert declared == registry.BUILTIN
+
+
+# flag value, --scheduler-name -> class, pods' schedulerName, why
+LOAD = [
+    (None, None, VolcanoBackend, "volcano",
+     "no --gang-scheduler-name given, so volcano (upstream's default); "
+     "pods use schedulerName 'volcano'"),
+    ("", None, VolcanoBackend, "volcano",
+     "no --gang-scheduler-name given, so volcano (upstream's default); "
+     "pods use schedulerName 'volcano'"),
+    ("volcano", "volcano-gpu", VolcanoBackend, "volcano-gpu",
+     "--gang-scheduler-name=volcano; pods use schedulerName 'volcano-gpu' (from --scheduler-name)"),
+    ("pdb", None, PdbBackend, "kube-batchd",
+     "--gang-scheduler-name=pdb selects kube-arbitrator; pods use schedulerName 'kube-batchd'"),
+    ("kube-batch", None, KubeBatchBackend, "kube-batch",
+     "--gang-scheduler-name=kube-batch; pods use schedulerName 'kube-batch'"),
+    ("coscheduling", None, CoschedulingLabelsBackend, None,
+     "--gang-scheduler-name=coscheduling; pods use the cluster's default scheduler"),
+    ("scheduler-plugins", None, SchedulerPluginsBackend, "scheduler-plugins-scheduler",
+     "--gang-scheduler-name=scheduler-plugins; pods use schedulerName "
+     "'scheduler-plugins-scheduler'"),
+    ("my-coscheduler", None, SchedulerPluginsBackend, "my-coscheduler",
+     "'my-coscheduler' is not a known backend, so scheduler-plugins with pods' schedulerName "
+     "'my-coscheduler', as upstream v1.7+ does"),
+    ("my-coscheduler", "other", SchedulerPluginsBackend, "other",
+     "'my-coscheduler' is not a known backend, so scheduler-plugins with pods' schedulerName "
+     "'other', as upstream v1.7+ does"),
+]
+
+
+@pytest.mark.parametrize("name,scheduler,cls,pod_scheduler,why", LOAD)
+def test_load_backend(name, scheduler, cls, pod_scheduler, why):
+    backend, got_why = load_backend(name, scheduler)
+    assert type(backend) is cls
+    assert backend.scheduler_name == pod_scheduler
+    assert got_why == why
+
+
+VOLCANO = {"podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"}
+SP = {"podgroups.scheduling.x-k8s.io"}
+KB = {"podgroups.scheduling.incubator.k8s.io"}
+KOORD = {"reservations.scheduling.koordinator.sh"}
+DETECT = [
+    (VOLCANO | SP | KB | KOORD, "volcano"),
+    (SP | KB | KOORD, "scheduler-plugins"),
+    (KB | KOORD | {"tfjobs.kubeflow.org"}, "kube-batch"),
+    (KOORD, "koordinator"),
+    ({"podgroups.scheduling.volcano.sh"} | SP, "scheduler-plugins"),  # half a Volcano install
+]
+
+
+@pytest.mark.parametrize("crds,expected", DETECT)
+def test_detect_backend(crds, expected):
+    name, why = detect_backend(crds)
+    assert name == expected
+    assert why.startswith("--gang-scheduler-name=auto: found ") and why.endswith(f"so {expected}")
+
+
+def test_auto_through_load_backend():
+    backend, why = load_backend("auto", installed_crds=SP)
+    assert type(backend) is SchedulerPluginsBackend
+    assert why == ("--gang-scheduler-name=auto: found podgroups.scheduling.x-k8s.io, so "
+                   "scheduler-plugins; pods use schedulerName 'scheduler-plugins-scheduler'")
+
+
+def test_auto_errors():
+    with pytest.raises(ValueError, match="looked for podgroups.scheduling.volcano.sh, "
+                       "queues.scheduling.volcano.sh, podgroups.scheduling.x-k8s.io, "
+                       "podgroups.scheduling.incubator.k8s.io, "
+                       "reservations.scheduling.koordinator.sh"):
+        detect_backend({"tfjobs.kubeflow.org"})
+    with pytest.raises(ValueError, match="needs the list of installed CRDs"):
+        load_backend("auto")
+
+
+def test_bad_names(monkeypatch):
+    with pytest.raises(ValueError, match="neither a known backend"):
+        load_backend("Not A Scheduler!")
+    monkeypatch.setitem(registry.BUILTIN, "broken", "tfop.gang.nowhere:Nothing")
+    with pytest.raises(ValueError, match="'broken' .* cannot be loaded"):
+        load_backend("broken")
+    monkeypatch.setitem(registry.BUILTIN, "not-a-backend", "tfop.gang.quantity:parse_quantity")
+    with pytest.raises(ValueError, match="not a GangBackend subclass"):
+        load_backend("not-a-backend")
+    # a broken plugin does not stop auto detection
+    assert detect_backend(SP)[0] == "scheduler-plugins"
+
+
+def test_entry_points_extend_and_override(monkeypatch):
+    class EP:
+        def __init__(self, name, value):
+            self.name, self.value = name, value
+
+    monkeypatch.setattr(registry, "entry_points", lambda group: [
+        EP("third-party", "tfop.gang.kube_batch:KubeBatchBackend"),
+        EP("volcano", "tfop.gang.kube_batch:KubeBatchBackend")])
+    assert "third-party" in backend_names()
+    assert type(load_backend("third-party")[0]) is KubeBatchBackend
+    assert type(load_backend("volcano")[0]) is KubeBatchBackend

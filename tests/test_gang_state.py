@@ -1,0 +1,127 @@
+"""What each backend reports while a gang waits, and when Volcano lets pods be created."""
+import pytest
+
+from tfop.gang.base import GangState
+from tfop.gang.common import pending_reason
+from tfop.gang.coscheduling import CoschedulingLabelsBackend
+from tfop.gang.koordinator import KoordinatorBackend
+from tfop.gang.kube_batch import KubeBatchBackend
+from tfop.gang.pdb import PdbBackend
+from tfop.gang.scheduler_plugins import SchedulerPluginsBackend
+from tfop.gang.volcano import VolcanoBackend
+from tfop.gang.yunikorn import YunikornBackend
+
+NO_FIT = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+def pod(message=None, reason="Unschedulable", status="False"):
+    conds = [] if message is None else [
+        {"type": "PodScheduled", "status": status, "reason": reason, "message": message}]
+    return {"status": {"phase": "Pending", "conditions": conds}}
+
+
+def group(phase=None, conditions=(), **status):
+    out = {"spec": {}, "status": dict(status)}
+    if phase is not None:
+        out["status"]["phase"] = phase
+    if conditions:
+        out["status"]["conditions"] = list(conditions)
+    return out
+
+
+GANG = "2/5 tasks in gang unschedulable: pod group is not ready, 3 Pending, 5 minAvailable"
+UNSCHEDULABLE = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                 "message": GANG}
+
+PENDING = [
+    ([], ("", "")),
+    ([pod(), pod()], ("", "")),
+    ([pod(NO_FIT, reason="SchedulerError")], ("", "")),
+    ([pod("x", status="True")], ("", "")),
+    ([pod(NO_FIT), pod(NO_FIT), pod()], ("Unschedulable", f"2/3 pods unschedulable: {NO_FIT}")),
+    ([pod("a"), pod(NO_FIT), pod(NO_FIT), pod("b")],
+     ("Unschedulable", f"4/4 pods unschedulable: {NO_FIT} (and 2 other reasons)")),
+    ([pod("a"), pod("b")], ("Unschedulable", "2/2 pods unschedulable: a (and 1 other reason)")),
+    ([{"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                  "reason": "Unschedulable"}]}}],
+     ("Unschedulable", "1/1 pods unschedulable: no reason given")),
+]
+
+
+@pytest.mark.parametrize("pods,expected", PENDING)
+def test_pending_reason(pods, expected):
+    assert pending_reason(pods) == expected
+
+
+WAITING = [pod(NO_FIT)] * 5
+POD_MSG = f"5/5 pods unschedulable: {NO_FIT}"
+
+VOLCANO = [
+    (None, [], GangState(False, "", "PodGroupPending", "waiting for the PodGroup to be created")),
+    (group(), [], GangState(False, "", "PodGroupPending",
+                            "waiting for Volcano to pick up the PodGroup")),
+    (group("Pending"), [], GangState(False, "Pending", "PodGroupPending", "PodGroup is Pending")),
+    (group("Pending", [UNSCHEDULABLE]), [],
+     GangState(False, "Pending", "NotEnoughResources", f"PodGroup is Pending: {GANG}")),
+    (group("Inqueue"), [], GangState(True, "Inqueue", "", "PodGroup is Inqueue")),
+    (group("Inqueue", [UNSCHEDULABLE]), WAITING,
+     GangState(True, "Inqueue", "NotEnoughResources", f"PodGroup is Inqueue: {GANG}; {POD_MSG}")),
+    (group("Running"), [], GangState(True, "Running", "", "PodGroup is Running")),
+    (group("Unknown"), [], GangState(True, "Unknown", "", "PodGroup is Unknown")),
+    (group("Completed"), [], GangState(True, "Completed", "", "PodGroup is Completed")),
+    # a resolved condition (status False) is history, not the reason
+    (group("Running", [{**UNSCHEDULABLE, "status": "False"}]), [],
+     GangState(True, "Running", "", "PodGroup is Running")),
+]
+
+
+@pytest.mark.parametrize("observed,pods,expected", VOLCANO)
+def test_volcano_admits_only_after_pending(observed, pods, expected):
+    assert VolcanoBackend().state(observed, pods) == expected
+
+
+KUBE_BATCH = [
+    (None, [], GangState(True)),
+    (group("Pending", [UNSCHEDULABLE]), WAITING,
+     GangState(True, "Pending", "NotEnoughResources", f"{GANG}; {POD_MSG}")),
+    (group("Pending", [{"type": "Unschedulable", "status": "True", "message": "m"}]), [],
+     GangState(True, "Pending", "Unschedulable", "m")),
+    (group("Running"), [], GangState(True, "Running")),
+]
+
+
+@pytest.mark.parametrize("observed,pods,expected", KUBE_BATCH)
+def test_kube_batch_state(observed, pods, expected):
+    assert KubeBatchBackend().state(observed, pods) == expected
+
+
+SCHEDULER_PLUGINS = [
+    (None, [], GangState(True)),
+    (group("Pending"), WAITING,
+     GangState(True, "Pending", "Unschedulable", f"PodGroup is Pending; {POD_MSG}")),
+    (group("Scheduling", scheduled=3), [],
+     GangState(True, "Scheduling", "", "PodGroup is Scheduling (3 scheduled)")),
+    (group("Running", scheduled=5, running=5), [],
+     GangState(True, "Running", "", "PodGroup is Running (5 scheduled, 5 running)")),
+    (group("Failed", failed=1, succeeded=2), [],
+     GangState(True, "Failed", "", "PodGroup is Failed (2 succeeded, 1 failed)")),
+]
+
+
+@pytest.mark.parametrize("observed,pods,expected", SCHEDULER_PLUGINS)
+def test_scheduler_plugins_state(observed, pods, expected):
+    assert SchedulerPluginsBackend().state(observed, pods) == expected
+
+
+@pytest.mark.parametrize("backend", [PdbBackend(), CoschedulingLabelsBackend(),
+                                     KoordinatorBackend(), YunikornBackend()])
+def test_groupless_backends_admit_and_surface_pod_reasons(backend):
+    assert backend.state(None, []) == GangState(True)
+    assert backend.state(None, WAITING) == GangState(True, "", "Unschedulable", POD_MSG)
+
+
+def test_group_changes_default_patch():
+    desired = {"spec": {"minMember": 3, "queue": "default"}}
+    assert VolcanoBackend().group_changes({"spec": {"minMember": 5, "queue": "default"}},
+                                          desired) == {"spec": {"minMember": 3}}
+    assert VolcanoBackend().group_changes(desired, desired) is None
