@@ -134,22 +134,22 @@ PROBLEMS = [
     (seed003(min_available=5), []),
     (seed003(min_available=6), [Problem(
         "spec.runPolicy.schedulingPolicy.minAvailable",
-        "minAvailable 6 exceeds the job's 5 replicas, so the gang could never start; "
+        "warning: minAvailable 6 exceeds the job's 5 replicas, so the gang could never start; "
         "set it to at most 5 or remove it")]),
     (job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 2, prio_tmpl("high"))), []),
     (job(replica("Worker", 2, prio_tmpl("high")), replica("PS", 1, prio_tmpl(None))), [Problem(
-        field("Worker"), "pods of one gang must share one priority, but Worker uses "
+        field("Worker"), "warning: pods of one gang must share one priority, but Worker uses "
         f"'high' (1000) and PS uses none; {FIX}")]),
     (job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 2, prio_tmpl("also-high")),
          replica("Evaluator", 1, prio_tmpl("high"))), [Problem(
-        field("Worker"), "pods of one gang must share one priority, but Worker uses "
+        field("Worker"), "warning: pods of one gang must share one priority, but Worker uses "
         f"'also-high' (1000) and PS uses 'high' (1000); {FIX}")]),
     (job(replica("PS", 1, prio_tmpl("gone")), replica("Worker", 2, prio_tmpl("gone"))), [
-        Problem(field("PS"), "PriorityClass gone not found; create it or remove it"),
-        Problem(field("Worker"), "PriorityClass gone not found; create it or remove it")]),
+        Problem(field("PS"), "warning: PriorityClass gone not found; create it or remove it"),
+        Problem(field("Worker"), "warning: PriorityClass gone not found; create it or remove it")]),
     (seed003(priority_class="vip"), [Problem(
         "spec.runPolicy.schedulingPolicy.priorityClass",
-        "PriorityClass vip not found; create it or remove it")]),
+        "warning: PriorityClass vip not found; create it or remove it")]),
     (job(replica("Worker", 1, template(container(limits={"cpu": "lots"}))),
          min_resources={"memory": "1 Gi"}), [
         Problem("spec.tfReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu",
@@ -168,3 +168,10 @@ def test_shape_survives_bad_quantities():
     j = job(replica("Worker", 2, template(container(limits={"cpu": "lots", "memory": "1Gi"}))),
             min_resources=None)
     assert compute_shape(j, {}).min_resources == {"memory": "2Gi"}
+
+
+def test_only_bad_quantities_block():
+    # The reconciler fails the job on problems without the "warning: " prefix.
+    blocking = [p.field for _, expected in PROBLEMS for p in expected
+                if not p.message.startswith("warning: ")]
+    assert all("resources" in f for f in blocking) and len(blocking) == 2

@@ -15,6 +15,9 @@ from tfop.model import REPLICA_TYPES, ReplicaSpec, TFJob
 from tfop.problems import Problem
 
 POLICY_FIELD = "spec.runPolicy.schedulingPolicy"
+# Problems the user can fix while the job waits (the reconciler reports them and
+# carries on) start with this; the rest make the gang impossible to form.
+WARNING = "warning: "
 
 
 def _priority_field(rtype: str) -> str:
@@ -172,14 +175,21 @@ def _bad_quantities(job: TFJob) -> list[Problem]:
 
 
 def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Problem]:
-    """What would keep the gang from ever starting, or make it behave oddly."""
+    """What would keep the gang from ever starting, or make it behave oddly.
+
+    Warnings: minAvailable above the replica count (the job waits, as upstream's
+    does, until the user lowers it), a missing PriorityClass (the apiserver
+    refuses the pods until it exists) and mixed priorities (upstream accepts
+    them). Blocking: quantities that are not quantities, which no scheduler
+    or apiserver will ever accept.
+    """
     problems: list[Problem] = []
     policy = job.run_policy.scheduling
     total = job.total_replicas
     if policy.min_available is not None and policy.min_available > total:
         problems.append(Problem(
             f"{POLICY_FIELD}.minAvailable",
-            f"minAvailable {policy.min_available} exceeds the job's {total} replicas, "
+            f"{WARNING}minAvailable {policy.min_available} exceeds the job's {total} replicas, "
             f"so the gang could never start; set it to at most {total} or remove it",
         ))
 
@@ -187,11 +197,12 @@ def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Probl
         name = priority_class_name(r)
         if name and name not in priority_values:
             problems.append(Problem(
-                _priority_field(r.type), f"PriorityClass {name} not found; create it or remove it"))
+                _priority_field(r.type),
+                f"{WARNING}PriorityClass {name} not found; create it or remove it"))
     if policy.priority_class and policy.priority_class not in priority_values:
         problems.append(Problem(
             f"{POLICY_FIELD}.priorityClass",
-            f"PriorityClass {policy.priority_class} not found; create it or remove it"))
+            f"{WARNING}PriorityClass {policy.priority_class} not found; create it or remove it"))
 
     # Gang schedulers order and preempt a gang as one unit; members of unequal
     # priority get split by preemption (Coscheduling requires one priority outright).
@@ -210,7 +221,7 @@ def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Probl
             if priority_class_name(r) != ref:
                 problems.append(Problem(
                     _priority_field(r.type),
-                    f"pods of one gang must share one priority, but {r.type} uses "
+                    f"{WARNING}pods of one gang must share one priority, but {r.type} uses "
                     f"{describe(priority_class_name(r))} and {first.type} uses {describe(ref)}; "
                     "give every replica type the same priorityClassName, or none",
                 ))
