@@ -1,0 +1,171 @@
+"""`tfop gang enable|disable`: pure tables, plus apply_gang against a fake API."""
+from types import SimpleNamespace as NS
+
+import pytest
+
+from tfop import manifests, rbac
+from tfop.gang import registry
+from tfop.gang_toggle import (Target, apply_gang, describe_args, describe_rules, gang_state,
+                              toggle_args, toggle_rules)
+
+ON = ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]
+OFF = ["run", "--all-namespaces"]
+
+
+@pytest.mark.parametrize("args,enable,name,want", [
+    (OFF, True, "volcano", ON),
+    (ON, True, "volcano", ON),  # idempotent
+    (ON, False, None, OFF),
+    (OFF, False, None, OFF),  # idempotent
+    ([], True, "volcano", ["--enable-gang-scheduling", "--gang-scheduler-name", "volcano"]),
+    (OFF, True, None, ["run", "--enable-gang-scheduling", "--all-namespaces"]),
+    # switching backend replaces the name in place
+    (ON, True, "kube-batch",
+     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "kube-batch", "--all-namespaces"]),
+    # upstream spellings are understood and normalised
+    (["run", "--enable-gang-scheduling=true", "--gang-scheduler-name=volcano", "-v"], True, "volcano",
+     ["run", "--enable-gang-scheduling=true", "--gang-scheduler-name=volcano", "-v"]),
+    (["run", "--enable-gang-scheduling=true", "--gang-scheduler-name=volcano", "-v"], False, None,
+     ["run", "-v"]),
+    (["run", "--enable-gang-scheduling=false", "--all-namespaces"], True, "volcano", ON),
+    # a stray name without the enable flag is removed by disable
+    (["run", "--gang-scheduler-name", "volcano"], False, None, ["run"]),
+    # unrelated flags keep their order and values
+    (["run", "--scheduler-name", "s", "--all-namespaces"], True, "coscheduling",
+     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "coscheduling",
+      "--scheduler-name", "s", "--all-namespaces"]),
+])
+def test_toggle_args(args, enable, name, want):
+    got = toggle_args(args, enable, name)
+    assert got == want
+    assert toggle_args(got, enable, name) == got  # a second run changes nothing
+
+
+@pytest.mark.parametrize("name", registry.backend_names())
+def test_toggle_matches_manifests(name):
+    """Enabling on a gang-off deployment yields exactly what `tfop manifests` renders with gang."""
+    off = {o["kind"]: o for o in manifests.render_manifests(False, include_crds=False)}
+    on = {o["kind"]: o for o in manifests.render_manifests(True, name, include_crds=False)}
+    backend = manifests.resolve_backend(name)
+    off_args = off["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    on_args = on["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert toggle_args(off_args, True, name) == on_args
+    assert toggle_args(on_args, False, None) == off_args
+    rules_on = toggle_rules(off["ClusterRole"]["rules"], True, backend)
+    assert rules_on == on["ClusterRole"]["rules"]
+    assert toggle_rules(rules_on, True, backend) == rules_on
+    assert toggle_rules(rules_on, False, backend) == off["ClusterRole"]["rules"]
+
+
+def test_toggle_rules_never_removes_base_rules():
+    backend = NS(rbac_rules=(rbac.BASE_RULES[2],))  # a backend repeating a base rule
+    base = rbac.operator_rules(None)
+    assert toggle_rules(base, False, backend) == base
+    assert toggle_rules(base, True, None) == base
+
+
+def test_toggle_rules_keeps_foreign_rules():
+    volcano, _ = registry.load_backend("volcano")
+    foreign = {"apiGroups": ["x.io"], "resources": ["things"], "verbs": ["get"]}
+    rules = toggle_rules([foreign], True, volcano)
+    assert rules[0] == foreign and len(rules) == 2
+    assert toggle_rules(rules, False, volcano) == [foreign]
+
+
+@pytest.mark.parametrize("args,want", [
+    (OFF, (False, None)),
+    (ON, (True, "volcano")),
+    (["--enable-gang-scheduling=False"], (False, None)),
+    (["--enable-gang-scheduling=1", "--gang-scheduler-name=kube-batch"], (True, "kube-batch")),
+])
+def test_gang_state(args, want):
+    assert gang_state(args) == want
+
+
+@pytest.mark.parametrize("old,new,want", [
+    (OFF, ON, "args += --enable-gang-scheduling --gang-scheduler-name volcano"),
+    (ON, OFF, "args -= --enable-gang-scheduling --gang-scheduler-name volcano"),
+    (ON, ON, ""),
+    (ON, toggle_args(ON, True, "yunikorn"),
+     "args -= --gang-scheduler-name volcano; args += --gang-scheduler-name yunikorn"),
+])
+def test_describe_args(old, new, want):
+    assert describe_args(old, new) == want
+
+
+def test_describe_rules():
+    volcano, _ = registry.load_backend("volcano")
+    base = rbac.operator_rules(None)
+    assert describe_rules(base, toggle_rules(base, True, volcano)) == [
+        "+ scheduling.volcano.sh podgroups [create delete get list patch update watch]"]
+    assert describe_rules(toggle_rules(base, True, volcano), base) == [
+        "- scheduling.volcano.sh podgroups [create delete get list patch update watch]"]
+    assert describe_rules(base, base) == []
+
+
+# ------------------------------------------------------------ apply_gang, fake API
+class FakeApi:
+    """Just enough of AppsV1Api + RbacAuthorizationV1Api + ApiClient for apply_gang."""
+
+    def __init__(self, args, rules):
+        self.args, self.rules, self.patches = list(args), [dict(r) for r in rules], []
+
+    def sanitize_for_serialization(self, obj):
+        return dict(obj)
+
+    def read_namespaced_deployment(self, name, namespace):
+        container = NS(name="tfop", args=list(self.args))
+        return NS(spec=NS(template=NS(spec=NS(containers=[container]))))
+
+    def patch_namespaced_deployment(self, name, namespace, body):
+        assert body[0] == {"op": "test", "path": "/spec/template/spec/containers/0/args",
+                           "value": self.args}
+        self.args = body[-1]["value"]
+        self.patches.append(("deployment", body))
+
+    def read_cluster_role(self, name):
+        return NS(rules=[dict(r) for r in self.rules], aggregation_rule=None)
+
+    def patch_cluster_role(self, name, body):
+        assert body[0]["op"] == "test" and body[0]["value"] == self.rules
+        self.rules = body[-1]["value"]
+        self.patches.append(("clusterrole", body))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    api = FakeApi(OFF, rbac.operator_rules(None))
+    from kubernetes import client
+    monkeypatch.setattr(client, "AppsV1Api", lambda _: api)
+    monkeypatch.setattr(client, "RbacAuthorizationV1Api", lambda _: api)
+    return api
+
+
+def test_apply_enable_twice_then_disable(fake):
+    out = apply_gang(fake, True, "volcano")
+    assert out == [
+        "Deployment kubeflow/tfop: args += --enable-gang-scheduling --gang-scheduler-name volcano",
+        "ClusterRole tfop: + scheduling.volcano.sh podgroups [create delete get list patch update watch]",
+    ]
+    assert fake.args == ON and len(fake.patches) == 2
+    again = apply_gang(fake, True, "volcano")
+    assert len(fake.patches) == 2  # nothing patched the second time
+    assert again[-1] == "nothing to do: gang scheduling already enabled (volcano)"
+    out = apply_gang(fake, False, None)
+    assert out[0] == "Deployment kubeflow/tfop: args -= --enable-gang-scheduling --gang-scheduler-name volcano"
+    assert fake.args == OFF and fake.rules == rbac.operator_rules(None)
+    assert apply_gang(fake, False, None)[-1] == "nothing to do: gang scheduling already disabled"
+
+
+def test_apply_switch_backend(fake):
+    apply_gang(fake, True, "volcano")
+    out = apply_gang(fake, True, "kube-batch")
+    assert "ClusterRole tfop: - scheduling.volcano.sh podgroups" in out[1]
+    assert "ClusterRole tfop: + scheduling.incubator.k8s.io podgroups" in out[2]
+    kb, _ = registry.load_backend("kube-batch")
+    assert fake.rules == rbac.operator_rules(kb)
+
+
+def test_apply_dry_run(fake):
+    out = apply_gang(fake, True, "volcano", Target(), dry_run=True)
+    assert len(out) == 2 and fake.patches == [] and fake.args == OFF
