@@ -273,3 +273,10 @@ def test_podgroup_spec_shape(name):
             assert all(isinstance(k, str) and isinstance(v, (str, int)) for k, v in value.items())
     assert set(group["metadata"]) == {"name", "namespace", "labels", "annotations",
                                       "ownerReferences"}
+
+
+@pytest.mark.parametrize("backend", [PdbBackend(), KubeBatchBackend(), VolcanoBackend(),
+                                     SchedulerPluginsBackend()])
+def test_no_group_for_a_job_without_pods(backend):
+    empty = job(replica("Worker", 0, template(container())))
+    assert backend.group_object(empty, compute_shape(empty, {})) is None

@@ -20,7 +20,9 @@ class KubeBatchBackend(GangBackend):
     crds = ("podgroups.scheduling.incubator.k8s.io",)
     rbac_rules = group_rules(PODGROUP)
 
-    def group_object(self, job: TFJob, shape: GangShape) -> dict:
+    def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
+        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
+            return None
         spec: dict = {"minMember": shape.min_member}
         if shape.queue:
             spec["queue"] = shape.queue

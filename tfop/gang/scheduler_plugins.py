@@ -24,7 +24,9 @@ class SchedulerPluginsBackend(GangBackend):
     crds = ("podgroups.scheduling.x-k8s.io",)
     rbac_rules = group_rules(PODGROUP)
 
-    def group_object(self, job: TFJob, shape: GangShape) -> dict:
+    def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
+        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
+            return None
         spec: dict = {"minMember": shape.min_member}
         if shape.min_resources:
             spec["minResources"] = dict(shape.min_resources)

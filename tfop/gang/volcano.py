@@ -25,7 +25,9 @@ class VolcanoBackend(GangBackend):
     crds = ("podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh")
     rbac_rules = group_rules(PODGROUP)
 
-    def group_object(self, job: TFJob, shape: GangShape) -> dict:
+    def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
+        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
+            return None
         spec: dict = {
             "minMember": shape.min_member,
             "minTaskMember": {rtype.lower(): n for rtype, n in shape.min_task_member.items()},
