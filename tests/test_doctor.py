@@ -1,0 +1,207 @@
+"""`tfop doctor`: pure tables for rule suggestions, scheduler evidence and the report;
+run_checks against a fake cluster; and one real-apiserver test (marked `cluster`)."""
+import datetime as dt
+
+import pytest
+import yaml
+
+from tfop import doctor, rbac
+from tfop.gang import registry
+
+NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.mark.parametrize("denied,want", [
+    ([], []),
+    ([("scheduling.volcano.sh", "podgroups", "create"), ("scheduling.volcano.sh", "podgroups", "list")],
+     [{"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["create", "list"]}]),
+    # same group, same missing verbs: one rule
+    ([("", "pods", "create"), ("", "services", "create")],
+     [{"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["create"]}]),
+    # different verbs or groups: separate rules
+    ([("", "pods", "create"), ("", "services", "get"), ("events.k8s.io", "events", "create")],
+     [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+      {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
+      {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]),
+    ([("kubeflow.org", "tfjobs/status", "patch")],
+     [{"apiGroups": ["kubeflow.org"], "resources": ["tfjobs/status"], "verbs": ["patch"]}]),
+])
+def test_missing_rules(denied, want):
+    rules = doctor.missing_rules(denied)
+    assert rules == want
+    assert set(rbac.permissions(rules)) == set(denied)  # grants exactly what was denied
+    assert not rbac.has_wildcard(rules)
+
+
+def test_rbac_fix_is_pasteable_yaml():
+    denied = [("scheduling.volcano.sh", "podgroups", v) for v in ("get", "list")]
+    text = doctor.rbac_fix(denied, "system:serviceaccount:kubeflow:tfop", ["tfop"])
+    head, _, body = text.partition("\n")
+    assert head == "add to the rules of ClusterRole tfop (bound to system:serviceaccount:kubeflow:tfop):"
+    assert yaml.safe_load(body) == doctor.missing_rules(denied)
+    assert "(none is bound yet)" in doctor.rbac_fix(denied, "u", [])
+
+
+def _lease(name, renewed, duration=15, holder="h1", ns="kube-system"):
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "renewTime": renewed.isoformat()}}
+
+
+def _pod(name, ns="kube-system", labels=None, phase="Running", sa="sched"):
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}},
+            "spec": {"serviceAccountName": sa}, "status": {"phase": phase}}
+
+
+FRESH = NOW - dt.timedelta(seconds=5)
+STALE = NOW - dt.timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("sched,leases,pods,found,sa", [
+    ("default-scheduler", [_lease("kube-scheduler", FRESH)], [], True, None),
+    ("default-scheduler", [_lease("kube-scheduler", STALE)], [], False, None),
+    ("default-scheduler", [_lease("kube-scheduler", FRESH, holder="")], [], False, None),
+    ("default-scheduler", [], [_pod("kube-scheduler-node1", labels={"component": "kube-scheduler"})],
+     True, ("kube-system", "sched")),
+    ("volcano", [_lease("vc-scheduler", FRESH, ns="volcano-system")], [], True, None),
+    ("volcano", [], [_pod("volcano-scheduler-7d9f-abcde", ns="volcano-system", sa="volcano-scheduler")],
+     True, ("volcano-system", "volcano-scheduler")),
+    ("volcano", [], [_pod("volcano-scheduler-7d9f", phase="Pending")], False, None),
+    ("volcano", [], [_pod("volcanoish")], False, None),
+    ("scheduler-plugins-scheduler", [],
+     [_pod("x", ns="scheduler-plugins", labels={"app": "scheduler-plugins-scheduler"})],
+     True, ("scheduler-plugins", "sched")),
+    ("yunikorn", [_lease("kube-scheduler", FRESH)], [], False, None),
+])
+def test_find_scheduler(sched, leases, pods, found, sa):
+    ev = doctor.find_scheduler(sched, leases, pods, NOW)
+    assert (ev.found, ev.service_account) == (found, sa)
+
+
+def test_find_scheduler_says_what_it_looked_for():
+    ev = doctor.find_scheduler("volcano", [], [], NOW)
+    assert "'volcano'" in ev.detail and "vc-scheduler" in ev.detail and "volcano-scheduler" in ev.detail
+    assert "Lease" in ev.detail and "Running pod" in ev.detail
+
+
+@pytest.mark.parametrize("backend,override,want", [
+    (None, None, "default-scheduler"),
+    ("volcano", None, "volcano"),
+    ("volcano", "my-vc", "my-vc"),
+    ("coscheduling", None, "default-scheduler"),
+])
+def test_expected_scheduler(backend, override, want):
+    b = registry.load_backend(backend)[0] if backend else None
+    assert doctor.expected_scheduler(b, override) == want
+
+
+@pytest.mark.parametrize("checks,code,last", [
+    ([doctor.Check("a", True)], 0, "all checks passed"),
+    ([doctor.Check("a", True), doctor.Check("b", None, "why")], 0, "all checks passed"),
+    ([doctor.Check("a", True), doctor.Check("b", False, "d", "fix:\n- x")], 1, "1 ok, 1 failed"),
+])
+def test_report(checks, code, last):
+    text = doctor.format_report(checks)
+    assert text.splitlines()[-1] == last and doctor.exit_code(checks) == code
+    for c in checks:
+        assert {True: "[PASS] ", False: "[FAIL] ", None: "[SKIP] "}[c.ok] + c.title in text
+    if code:
+        assert "       - x" in text  # the fix is printed, indented, for failures
+
+
+# ------------------------------------------------------------ run_checks, fake cluster
+class FakeCluster:
+    def __init__(self, crds=(), granted=(), leases=(), pods=(), bindings=None, args=None):
+        self.crds, self.granted = set(crds), {u: set(p) for u, p in dict(granted).items()}
+        self._leases, self._pods, self.bindings, self.args = list(leases), list(pods), bindings or {}, args
+
+    def crd_names(self):
+        return self.crds
+
+    def allowed(self, user, groups, group, resource, verb):
+        return (group, resource, verb) in self.granted.get(user, set())
+
+    def leases(self):
+        return self._leases
+
+    def running_pods(self):
+        return self._pods
+
+    def roles_bound_to(self, ns, name):
+        return self.bindings.get((ns, name), [])
+
+    def deployment_args(self, ns, name):
+        if self.args is None:
+            raise RuntimeError("404")
+        return self.args
+
+
+OP = "system:serviceaccount:kubeflow:tfop"
+VC = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+def _healthy(volcano):
+    return FakeCluster(
+        crds={doctor.TFJOB_CRD, *volcano.crds},
+        granted={OP: rbac.permissions(rbac.operator_rules(volcano)),
+                 VC: {("scheduling.volcano.sh", "podgroups", v) for v in ("list", "watch")}},
+        pods=[_pod("volcano-scheduler-1", ns="volcano-system", sa="volcano-scheduler")],
+        bindings={("kubeflow", "tfop"): ["tfop"]})
+
+
+def test_run_checks_healthy():
+    volcano, _ = registry.load_backend("volcano")
+    checks = doctor.run_checks(_healthy(volcano), volcano, now=NOW)
+    assert doctor.exit_code(checks) == 0, doctor.format_report(checks)
+    assert len(checks) == 1 + len(volcano.crds) + 3
+
+
+def test_run_checks_finds_each_problem():
+    volcano, _ = registry.load_backend("volcano")
+    cluster = _healthy(volcano)
+    cluster.crds.discard("queues.scheduling.volcano.sh")
+    cluster.granted[OP].discard(("scheduling.volcano.sh", "podgroups", "create"))
+    cluster.granted[VC].discard(("scheduling.volcano.sh", "podgroups", "watch"))
+    checks = doctor.run_checks(cluster, volcano, now=NOW)
+    failed = {c.title: c for c in checks if c.ok is False}
+    assert set(failed) == {
+        "CRD queues.scheduling.volcano.sh exists",
+        "ServiceAccount kubeflow/tfop has every permission the operator uses",
+        "ServiceAccount volcano-system/volcano-scheduler (the scheduler's) may list podgroups.scheduling.volcano.sh",
+    }
+    fix = failed["ServiceAccount kubeflow/tfop has every permission the operator uses"].fix
+    assert yaml.safe_load(fix.partition("\n")[2]) == [
+        {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["create"]}]
+    cluster._pods = []
+    checks = doctor.run_checks(cluster, volcano, now=NOW)
+    by_title = {c.title: c for c in checks}
+    assert by_title["scheduler 'volcano' is running"].ok is False
+    assert by_title["scheduler's ServiceAccount may list the gang's group objects"].ok is None
+
+
+def test_run_checks_without_gang():
+    cluster = FakeCluster(crds={doctor.TFJOB_CRD},
+                          granted={OP: rbac.permissions(rbac.operator_rules(None))},
+                          leases=[_lease("kube-scheduler", FRESH)])
+    checks = doctor.run_checks(cluster, None, now=NOW)
+    assert [c.ok for c in checks] == [True, True, True]
+
+
+@pytest.mark.parametrize("flag,args,want_backend", [
+    ("volcano", None, "volcano"),
+    (None, ["run", "--all-namespaces"], None),
+    (None, ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "kube-batch"], "kube-batch"),
+    (None, ["run", "--enable-gang-scheduling"], "volcano"),
+    (None, None, None),  # Deployment unreadable: check without gang
+])
+def test_resolve(flag, args, want_backend):
+    backend, _, why = doctor.resolve(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
+    assert (backend.name if backend else None) == want_backend, why
+
+
+def test_resolve_auto_uses_cluster_crds():
+    cluster = FakeCluster(crds={"podgroups.scheduling.x-k8s.io"})
+    backend, _, _ = doctor.resolve(cluster, "auto", None, "kubeflow", "tfop")
+    assert backend.name == "scheduler-plugins"
+    with pytest.raises(ValueError):
+        doctor.resolve(FakeCluster(), "auto", None, "kubeflow", "tfop")
