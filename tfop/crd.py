@@ -49,13 +49,21 @@ def schema_for(version: str) -> dict:
 
 
 # ------------------------------------------------------------ jsonschema
-def _strict(node):
-    """Close objects the apiserver would close: unknown fields are errors, not kept."""
+def _strict(node, root=True):
+    """Close objects the apiserver would close: unknown fields are errors, not kept.
+
+    The root metadata is left open: it is the full ObjectMeta, checked elsewhere."""
+    if root:
+        out = {k: _strict(v, root=False) for k, v in node.items() if k != "properties"}
+        out["properties"] = {k: v if k == "metadata" else _strict(v, root=False)
+                             for k, v in node["properties"].items()}
+        out["additionalProperties"] = False
+        return out
     if isinstance(node, list):
-        return [_strict(n) for n in node]
+        return [_strict(n, root=False) for n in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _strict(v) for k, v in node.items()}
+    out = {k: _strict(v, root=False) for k, v in node.items()}
     if ("properties" in node and "additionalProperties" not in node
             and not node.get("x-kubernetes-preserve-unknown-fields")):
         out["additionalProperties"] = False

@@ -354,7 +354,9 @@ def tfjob_schema(conv: _Converter) -> dict:
         "properties": {
             "apiVersion": _str("Version of this object's schema."),
             "kind": _str("Kind of this object: TFJob."),
-            "metadata": {"type": "object"},
+            # declared so the name rule's fieldPath resolves; only these two are allowed here
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"},
+                                                          "generateName": {"type": "string"}}},
             "spec": spec,
             "status": status,
         },
