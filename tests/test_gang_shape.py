@@ -138,11 +138,11 @@ PROBLEMS = [
         "set it to at most 5 or remove it")]),
     (job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 2, prio_tmpl("high"))), []),
     (job(replica("Worker", 2, prio_tmpl("high")), replica("PS", 1, prio_tmpl(None))), [Problem(
-        field("Worker"), "warning: pods of one gang must share one priority, but Worker uses "
+        field("Worker"), "pods of one gang must share one priority, but Worker uses "
         f"'high' (1000) and PS uses none; {FIX}")]),
     (job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 2, prio_tmpl("also-high")),
          replica("Evaluator", 1, prio_tmpl("high"))), [Problem(
-        field("Worker"), "warning: pods of one gang must share one priority, but Worker uses "
+        field("Worker"), "pods of one gang must share one priority, but Worker uses "
         f"'also-high' (1000) and PS uses 'high' (1000); {FIX}")]),
     (job(replica("PS", 1, prio_tmpl("gone")), replica("Worker", 2, prio_tmpl("gone"))), [
         Problem(field("PS"), "warning: PriorityClass gone not found; create it or remove it"),
@@ -170,8 +170,9 @@ def test_shape_survives_bad_quantities():
     assert compute_shape(j, {}).min_resources == {"memory": "2Gi"}
 
 
-def test_only_bad_quantities_block():
+def test_only_bad_quantities_and_mixed_priorities_block():
     # The reconciler fails the job on problems without the "warning: " prefix.
-    blocking = [p.field for _, expected in PROBLEMS for p in expected
+    blocking = [p for _, expected in PROBLEMS for p in expected
                 if not p.message.startswith("warning: ")]
-    assert all("esources" in f for f in blocking) and len(blocking) == 2
+    assert all("esources" in p.field or "share one priority" in p.message for p in blocking)
+    assert sum("esources" in p.field for p in blocking) == 2

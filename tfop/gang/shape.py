@@ -179,9 +179,9 @@ def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Probl
 
     Warnings: minAvailable above the replica count (the job waits, as upstream's
     does, until the user lowers it), a missing PriorityClass (the apiserver
-    refuses the pods until it exists) and mixed priorities (upstream accepts
-    them). Blocking: quantities that are not quantities, which no scheduler
-    or apiserver will ever accept.
+    refuses the pods until it exists). Blocking: quantities that are not
+    quantities, and mixed priorities: members of one gang with unequal
+    priorities get split by preemption (ACK's rule; upstream accepts them).
     """
     problems: list[Problem] = []
     policy = job.run_policy.scheduling
@@ -221,7 +221,7 @@ def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Probl
             if priority_class_name(r) != ref:
                 problems.append(Problem(
                     _priority_field(r.type),
-                    f"{WARNING}pods of one gang must share one priority, but {r.type} uses "
+                    f"pods of one gang must share one priority, but {r.type} uses "
                     f"{describe(priority_class_name(r))} and {first.type} uses {describe(ref)}; "
                     "give every replica type the same priorityClassName, or none",
                 ))
