@@ -1,0 +1,202 @@
+"""The thin I/O layer: observe from the informers, call the pure core, apply its Plan."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from tfop import status as S
+from tfop.children import Templates
+from tfop.gang.base import GangBackend
+from tfop.model import GROUP, LABEL_OPERATOR, OPERATOR_NAME, PLURAL, STORAGE_VERSION
+from tfop.normalize import normalize
+from tfop.operator.informer import Informer, JobKey, newer
+from tfop.operator.kube import ApiError, KubeClient
+from tfop.plan import Event, Plan, Ref
+from tfop.reconcile import Context, Observed, reconcile
+from tfop.settings import Settings
+
+log = logging.getLogger("tfop.controller")
+TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
+# Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
+OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
+    """RFC 7386 patch turning `old` into `new` (removed keys become null)."""
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            inner = merge_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif before != value:
+            patch[key] = value
+    return patch
+
+
+class Controller:
+    def __init__(self, settings: Settings, client: KubeClient, backend: GangBackend | None,
+                 templates: Templates | None = None):
+        from tfop.operator.workqueue import WorkQueue
+
+        self.settings, self.client, self.backend = settings, client, backend
+        self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
+        self.jobs: dict[JobKey, dict] = {}
+        self.queue = WorkQueue(self.reconcile, workers=32)
+        self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
+        namespaces = list(settings.namespaces) or [None]
+        selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
+        self.pods = Informer(client, "v1", "pods", "Pod", namespaces, selector, self.queue.add)
+        self.services = Informer(client, "v1", "services", "Service", namespaces, selector, self.queue.add)
+        self.informers = [self.pods, self.services]
+        self.groups = None
+        self.priorities = None
+        if backend is not None:
+            resource = backend.group_resource
+            if resource is not None:
+                self.groups = Informer(client, resource.api_version, resource.plural, resource.kind, namespaces,
+                                       selector, self.queue.add, keep_spec=True)
+                self.informers.append(self.groups)
+            self.priorities = Informer(client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", [None],
+                                       None, self._priority_changed, key_of=lambda obj: None)
+            self.informers.append(self.priorities)
+
+    # -- inputs -------------------------------------------------------------------
+    def job_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if event_type == "DELETED":
+            self.jobs.pop(key, None)
+            self.queue.forget(key)
+            return
+        if newer(body, self.jobs.get(key)):
+            self.jobs[key] = dict(body)
+        self.queue.add(key)
+
+    def _priority_changed(self, _key) -> None:
+        # A PriorityClass appearing can unblock every gang that waited for it.
+        for key in list(self.jobs):
+            self.queue.add(key)
+
+    async def run(self) -> None:
+        """Watch the children; reconcile only once every cache is filled (no duplicate creates)."""
+        watches = [asyncio.create_task(i.run()) for i in self.informers]
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        log.info("caches synced: %d pods, %d services; reconciling", len(self.pods.objects),
+                 len(self.services.objects))
+        try:
+            await self.queue.run()
+        finally:
+            for task in watches:
+                task.cancel()
+
+    # -- one reconcile ------------------------------------------------------------
+    def observe(self, key: JobKey) -> Observed:
+        groups = self.groups.for_job(key) if self.groups else []
+        priorities = {}
+        if self.priorities is not None:
+            priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
+        return Observed(pods=self.pods.for_job(key), services=self.services.for_job(key),
+                        group=groups[0] if groups else None, priority_values=priorities)
+
+    async def reconcile(self, key: JobKey) -> None:
+        body = self.jobs.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        managed_by = ((body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
+        if managed_by not in OUR_MANAGERS:
+            return
+        normalized = normalize(body)
+        plan = reconcile(normalized.job, self.observe(key), datetime.now(timezone.utc), self.ctx,
+                         normalized.problems, normalized.notes)
+        await self.apply(key, body, plan)
+
+    async def _call(self, coro_fn, *args, **kwargs):
+        async with self.limit:
+            return await coro_fn(*args, **kwargs)
+
+    async def apply(self, key: JobKey, body: Mapping[str, Any], plan: Plan) -> None:
+        rejected: list[str] = []
+        if plan.create_group is not None:
+            created = await self._call(self.client.create, plan.create_group, self.backend.group_resource.plural)
+            if created and self.groups is not None:
+                self.groups.upsert(created)
+        results = await asyncio.gather(
+            *(self._create(obj, rejected) for obj in plan.create),
+            *(self._delete(ref) for ref in plan.delete),
+            *(self._patch(ref, patch) for ref, patch in plan.patch),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        status = plan.status
+        if rejected:
+            status = self._rejected(body, status, rejected, plan)
+        if status is not None:
+            await self._write_status(key, body, status)
+        now = S.timestamp(datetime.now(timezone.utc))
+        await asyncio.gather(*(self._call(self.client.post_event, self._ref(body), e.type, e.reason, e.message, now)
+                               for e in plan.events))
+        if plan.delete_job:
+            meta = body["metadata"]
+            await self._call(self.client.delete, TFJOB_API, PLURAL, meta["namespace"], meta["name"], "Background")
+        if plan.requeue_after is not None:
+            self.queue.add_after(key, plan.requeue_after + 0.05)
+        if errors:
+            raise errors[0]
+
+    @staticmethod
+    def _ref(body: Mapping[str, Any]) -> dict:
+        return {"apiVersion": TFJOB_API, "kind": "TFJob", "metadata": body["metadata"]}
+
+    async def _create(self, obj: dict, rejected: list[str]) -> None:
+        informer = self.pods if obj["kind"] == "Pod" else self.services
+        try:
+            created = await self._call(self.client.create, obj, informer.plural)
+        except ApiError as err:
+            if err.status in (400, 422):
+                # The apiserver refused the pod the user's template describes: the job is invalid.
+                rejected.append(f"{obj['kind']} {obj['metadata']['name']}: {err.body.get('message', err)}"
+                                if isinstance(err.body, dict) else str(err))
+                return
+            raise
+        if created:
+            informer.upsert(created)
+
+    async def _delete(self, ref: Ref) -> None:
+        gone = await self._call(self.client.delete, ref.api_version, ref.plural, ref.namespace, ref.name)
+        informer = {"Pod": self.pods, "Service": self.services}.get(ref.kind, self.groups)
+        if informer is not None and gone and gone.get("kind") == ref.kind:
+            if gone["metadata"].get("deletionTimestamp"):
+                informer.upsert(gone)
+            else:
+                informer.remove(gone)
+
+    async def _patch(self, ref: Ref, patch: dict) -> None:
+        patched = await self._call(self.client.merge_patch, ref.api_version, ref.plural, ref.namespace, ref.name, patch)
+        if patched and self.groups is not None:
+            self.groups.upsert(patched)
+
+    def _rejected(self, body, status, rejected: list[str], plan: Plan) -> dict:
+        now = datetime.now(timezone.utc)
+        status = dict(status if status is not None else body.get("status") or {})
+        message = ("the apiserver rejected objects built from the pod template; fix "
+                   "spec.tfReplicaSpecs.<type>.template: " + "; ".join(rejected))
+        status["conditions"] = S.set_condition(list(status.get("conditions") or []), S.FAILED, True,
+                                               S.REASON[S.FAILED], message, now)
+        status.setdefault("completionTime", S.timestamp(now))
+        plan.events.append(Event("Warning", "InvalidPodTemplate", message))
+        return status
+
+    async def _write_status(self, key: JobKey, body: Mapping[str, Any], status: dict) -> None:
+        meta = body["metadata"]
+        patch = {"status": merge_patch(body.get("status") or {}, status)}
+        updated = await self._call(self.client.merge_patch, TFJOB_API, PLURAL, meta["namespace"], meta["name"],
+                                   patch, subresource="status")
+        # Remember what we wrote: the next reconcile must not act on the old status again.
+        if updated and newer(updated, self.jobs.get(key)):
+            self.jobs[key] = updated

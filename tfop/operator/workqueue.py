@@ -1,0 +1,84 @@
+"""A coalescing work queue: one reconcile per job at a time, any number of jobs at once.
+
+Ten pod events for one job while it waits become one reconcile; an event
+that arrives during a reconcile makes it run once more afterwards. Failures
+are retried with a per-job exponential backoff, so one bad job never stalls
+the others.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Hashable
+
+log = logging.getLogger("tfop.queue")
+
+
+class WorkQueue:
+    def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
+                 max_backoff: float = 60.0):
+        self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._pending: set = set()
+        self._running: set = set()
+        self._dirty: set = set()
+        self._failures: dict = {}
+        self._timers: dict = {}
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def add(self, key: Hashable) -> None:
+        if key in self._running:
+            self._dirty.add(key)
+        elif key not in self._pending:
+            self._pending.add(key)
+            self.idle.clear()
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: Hashable, delay: float) -> None:
+        """Reconcile `key` again in `delay` seconds (the earliest request wins)."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timers.get(key)
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def forget(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._failures.pop(key, None)
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._pending.discard(key)
+            self._running.add(key)
+            try:
+                await self.handler(key)
+                self._failures.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - isolate the job, retry it later
+                count = self._failures.get(key, 0) + 1
+                self._failures[key] = count
+                delay = min(self.max_backoff, 0.5 * 2 ** count)
+                log.exception("reconcile of %s failed (attempt %d), retrying in %.1fs", key, count, delay)
+                self.add_after(key, delay)
+            finally:
+                self._running.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)
+                if not self._pending and not self._running:
+                    self.idle.set()
