@@ -1,6 +1,9 @@
 """The generated TFJob CRD and the offline TFJob validation (tfop.crd)."""
 import copy
 import json
+import os
+import subprocess
+import uuid
 
 import pytest
 
@@ -161,13 +164,13 @@ BAD_JOBS = [  # (id, change, field, message fragment)
     ("evaluator-replicas-2", _set(RS + ("evaluator",), {"replicas": 2}),
      "spec.tfReplicaSpecs.evaluator.replicas", crdgen.MSG_EVALUATOR_REPLICAS),
     ("worker-replicas-negative", _set(RS + ("Worker", "replicas"), -1),
-     "spec.tfReplicaSpecs.Worker.replicas", "must be >= 0"),
+     "spec.tfReplicaSpecs.Worker.replicas", "should be greater than or equal to 0"),
     ("restart-policy-sometimes", _set(RS + ("Worker", "restartPolicy"), "Sometimes"),
-     "spec.tfReplicaSpecs.Worker.restartPolicy", "Unsupported value: 'Sometimes'"),
+     "spec.tfReplicaSpecs.Worker.restartPolicy", "Unsupported value: \"Sometimes\""),
     ("clean-pod-policy-maybe", _set(("spec", "runPolicy", "cleanPodPolicy"), "Maybe"),
-     "spec.runPolicy.cleanPodPolicy", "Unsupported value: 'Maybe'"),
+     "spec.runPolicy.cleanPodPolicy", "Unsupported value: \"Maybe\""),
     ("legacy-clean-pod-policy-maybe", _set(("spec", "cleanPodPolicy"), "Maybe"),
-     "spec.cleanPodPolicy", "Unsupported value: 'Maybe'"),
+     "spec.cleanPodPolicy", "Unsupported value: \"Maybe\""),
     ("unknown-replica-type", _set(RS + ("Foo",), {"replicas": 1}),
      "spec.tfReplicaSpecs.Foo", crdgen.MSG_UNKNOWN),
     ("same-type-twice", _set(RS + ("worker",), {"replicas": 1}),
@@ -261,3 +264,65 @@ def test_good_job_deepcopy_is_untouched_by_validation():
     before = copy.deepcopy(job)
     crd.schema_problems(job)
     assert job == before
+
+
+# ------------------------------------------------------------ on a real apiserver
+# Uses the e2e plugin's `cluster` fixture (its .kubeconfig) when loaded, else
+# TFOP_TEST_KUBECONFIG; skipped when neither is there.
+CEL_MESSAGES = {crdgen.MSG_EMPTY, crdgen.MSG_UNKNOWN, crdgen.MSG_DUPLICATE, crdgen.MSG_ONE_CHIEF,
+                crdgen.MSG_CHIEF_REPLICAS, crdgen.MSG_EVALUATOR_REPLICAS, crdgen.MSG_NAME}
+
+
+@pytest.fixture(scope="module")
+def kube(request):
+    path = os.environ.get("TFOP_TEST_KUBECONFIG")
+    if not path:
+        try:
+            path = str(request.getfixturevalue("cluster").kubeconfig)
+        except pytest.FixtureLookupError:
+            pytest.skip("needs an apiserver: the e2e cluster fixture or TFOP_TEST_KUBECONFIG")
+
+    def kubectl(*args, input=None):
+        return subprocess.run(["kubectl", "--kubeconfig", path, *args], input=input,
+                              text=True, capture_output=True, timeout=120)
+
+    r = kubectl("apply", "--server-side", "--force-conflicts", "-f",
+                str(resource_path("crds", crd.CRD_FILE)))
+    assert r.returncode == 0, r.stderr
+    r = kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                "crd/tfjobs.kubeflow.org")
+    assert r.returncode == 0, r.stderr
+    ns = f"tfop-crd-{uuid.uuid4().hex[:8]}"
+    assert kubectl("create", "namespace", ns).returncode == 0
+    yield kubectl, ns
+    kubectl("delete", "namespace", ns, "--wait=false")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("job", [j for _, j in SEEDS], ids=[i for i, _ in SEEDS])
+def test_seeds_apply_on_apiserver(kube, job):
+    kubectl, ns = kube
+    job = copy.deepcopy(job)
+    job["metadata"].pop("namespace", None)  # several seeds share a name: dry-run each
+    r = kubectl("apply", "--server-side", "--dry-run=server", "-n", ns, "-f", "-",
+                input=json.dumps(job))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("version", ["v1", "v1alpha2"])
+@pytest.mark.parametrize("change,field,message", [b[1:] for b in BAD_JOBS
+                                                  if not b[2].startswith("status")],
+                         ids=[b[0] for b in BAD_JOBS if not b[2].startswith("status")])
+def test_bad_jobs_rejected_by_apiserver(kube, version, change, field, message):
+    kubectl, ns = kube
+    job = good_job(version)
+    del job["status"]
+    job["metadata"].pop("namespace")
+    _insertable(change)(job)
+    r = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=json.dumps(job))
+    assert r.returncode != 0, r.stdout
+    if message in CEL_MESSAGES:  # reported at the rule's node, e.g. spec.tfReplicaSpecs
+        assert message in r.stderr
+    else:
+        assert field.split("[")[0] in r.stderr

@@ -8,6 +8,7 @@ here in Python with the same messages.
 import copy
 import datetime
 import functools
+import json
 import re
 
 import jsonschema
@@ -91,7 +92,8 @@ def _list_type(validator, value, instance, schema):
     seen = set()
     for i, key in enumerate(keys):
         if key is not None and key in seen:
-            yield jsonschema.ValidationError(f"Duplicate value: {instance[i]!r}", path=[i])
+            yield jsonschema.ValidationError(f"Duplicate value: {json.dumps(instance[i])}",
+                                             path=[i])
         seen.add(key)
 
 
@@ -156,14 +158,15 @@ def _problems_of(error) -> list[Problem]:
         known = error.schema.get("properties", {})
         return [Problem(_path(here + [name]), "unknown field")
                 for name in error.instance if name not in known]
-    messages = {
-        "type": lambda: f"must be of type {value}",
-        "enum": lambda: f"Unsupported value: {error.instance!r}: supported values: {_quote(value)}",
-        "minimum": lambda: f"Invalid value: {error.instance}: must be >= {value}",
-        "maximum": lambda: f"Invalid value: {error.instance}: must be <= {value}",
-        "maxProperties": lambda: f"Too many: must have at most {value} entries",
-        "minProperties": lambda: f"Too few: must have at least {value} entries",
-        "format": lambda: f"Invalid value: {error.instance!r}: must be a valid {value}",
+    shown = json.dumps(error.instance)
+    messages = {  # worded like the apiserver's errors
+        "type": lambda: f"Invalid value: {shown}: must be of type {value}",
+        "enum": lambda: f"Unsupported value: {shown}: supported values: {_quote(value)}",
+        "minimum": lambda: f"Invalid value: {shown}: should be greater than or equal to {value}",
+        "maximum": lambda: f"Invalid value: {shown}: should be less than or equal to {value}",
+        "maxProperties": lambda: f"Too many: must have at most {value} items",
+        "minProperties": lambda: f"Too few: must have at least {value} items",
+        "format": lambda: f"Invalid value: {shown}: must be a valid {value}",
     }
     message = messages[kind]() if kind in messages else error.message
     return [Problem(_path(here), message)]
@@ -174,6 +177,10 @@ _NAME_RE = re.compile(crdgen.NAME_PATTERN)
 _CHIEFS = {"chief", "master"}
 
 
+def _dict(v):
+    return v if isinstance(v, dict) else {}
+
+
 def _int(v):
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -181,11 +188,11 @@ def _int(v):
 def rule_problems(obj: dict) -> list[Problem]:
     """The CRD's x-kubernetes-validations rules, evaluated in Python."""
     problems = []
-    name = (obj.get("metadata") or {}).get("name")
+    name = _dict(obj.get("metadata")).get("name")
     if isinstance(name, str) and (len(name) > crdgen.NAME_MAX or not _NAME_RE.match(name)):
         problems.append(Problem("metadata.name", crdgen.MSG_NAME))
 
-    specs = (obj.get("spec") or {}).get("tfReplicaSpecs")
+    specs = _dict(obj.get("spec")).get("tfReplicaSpecs")
     if not isinstance(specs, dict):
         return problems  # missing or mistyped: the schema reports it
     base = "spec.tfReplicaSpecs"
@@ -200,7 +207,7 @@ def rule_problems(obj: dict) -> list[Problem]:
     if sum(k in _CHIEFS for k in lower) > 1:
         problems.append(Problem(base, crdgen.MSG_ONE_CHIEF))
     for key, spec in specs.items():
-        replicas = _int((spec or {}).get("replicas")) if isinstance(spec, dict) else None
+        replicas = _int(_dict(spec).get("replicas"))
         if replicas is None or replicas <= 1:
             continue
         if key.lower() in _CHIEFS:
@@ -212,13 +219,14 @@ def rule_problems(obj: dict) -> list[Problem]:
 
 def schema_problems(obj: dict) -> list[Problem]:
     """Everything the apiserver would reject in this TFJob (any served version)."""
-    api_version = obj.get("apiVersion", "")
+    api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
     if group != crdgen.GROUP or version not in served_versions():
-        return [Problem("apiVersion", f"Unsupported value: {api_version!r}: supported values: "
+        return [Problem("apiVersion", f"Unsupported value: {json.dumps(api_version)}: "
+                        "supported values: "
                         + _quote(f"{crdgen.GROUP}/{v}" for v in served_versions()))]
     if obj.get("kind") != crdgen.KIND:
-        return [Problem("kind", f"Unsupported value: {obj.get('kind')!r}: "
+        return [Problem("kind", f"Unsupported value: {json.dumps(obj.get('kind'))}: "
                         f"supported values: \"{crdgen.KIND}\"")]
     problems = []
     errors = sorted(_validator(version).iter_errors(_drop_nulls(obj)),
