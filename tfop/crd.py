@@ -50,25 +50,27 @@ def schema_for(version: str) -> dict:
 
 
 # ------------------------------------------------------------ jsonschema
-def _strict(node, root=True):
-    """Close objects the apiserver would close: unknown fields are errors, not kept.
-
-    The root metadata is left open: it is the full ObjectMeta, checked elsewhere."""
-    if root:
-        out = {k: _strict(v, root=False) for k, v in node.items() if k != "properties"}
-        out["properties"] = {k: v if k == "metadata" else _strict(v, root=False)
-                             for k, v in node["properties"].items()}
-        out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [_strict(n, root=False) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v, root=False) for k, v in node.items()}
-    if ("properties" in node and "additionalProperties" not in node
-            and not node.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
+def _strict(node: dict) -> dict:
+    """Close objects the apiserver would close: unknown fields are errors, not kept."""
+    out = dict(node)
+    if "properties" in node:
+        out["properties"] = {k: _strict(v) for k, v in node["properties"].items()}
+        if ("additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = _strict(node["additionalProperties"])
+    if "items" in node:
+        out["items"] = _strict(node["items"])
     return out
+
+
+def _validation_schema(version: str) -> dict:
+    schema = schema_for(version)
+    metadata = schema["properties"]["metadata"]  # open: the rest of ObjectMeta is checked elsewhere
+    schema = _strict(schema)
+    schema["properties"]["metadata"] = metadata
+    return schema
 
 
 def _int_or_string(validator, value, instance, schema):
@@ -125,7 +127,7 @@ _Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {
 
 @functools.lru_cache(maxsize=None)
 def _validator(version: str):
-    return _Validator(_strict(schema_for(version)), format_checker=_formats)
+    return _Validator(_validation_schema(version), format_checker=_formats)
 
 
 def _drop_nulls(obj):
