@@ -1,0 +1,34 @@
+# The two commands the README starts with: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test unit build install clean
+
+$(BIN)/tfop: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/tfop
+
+## Build the local control plane (first time: minutes; cached after), run the demo.
+demo: install
+	$(BIN)/python -m e2e.build
+	$(BIN)/python -m e2e.demo
+
+## Unit tests and real-cluster tests together.
+test: install
+	$(BIN)/python -m e2e.build
+	$(BIN)/python -m pytest
+
+## Only the pure tests (no cluster).
+unit: install
+	$(BIN)/python -m pytest -m 'not cluster'
+
+build: install
+	$(BIN)/python -m e2e.build
+
+clean:
+	rm -rf $(VENV) build *.egg-info
