@@ -39,7 +39,17 @@ def test_rbac_fix_is_pasteable_yaml():
     head, _, body = text.partition("\n")
     assert head == "add to the rules of ClusterRole tfop (bound to system:serviceaccount:kubeflow:tfop):"
     assert yaml.safe_load(body) == doctor.missing_rules(denied)
-    assert "(none is bound yet)" in doctor.rbac_fix(denied, "u", [])
+    text = doctor.rbac_fix(denied, "system:serviceaccount:vs:sched", [])
+    role, binding = yaml.safe_load_all(text.partition("\n")[2])
+    assert role["rules"] == doctor.missing_rules(denied) and role["metadata"]["name"] == "sched-extra"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sched", "namespace": "vs"}]
+
+
+def test_describe_denied():
+    assert doctor.describe_denied([("scheduling.volcano.sh", "podgroups", "list"),
+                                   ("scheduling.volcano.sh", "podgroups", "watch"),
+                                   ("", "pods", "create")]) == \
+        "denied: list, watch podgroups.scheduling.volcano.sh; create pods"
 
 
 def _lease(name, renewed, duration=15, holder="h1", ns="kube-system"):
@@ -205,3 +215,79 @@ def test_resolve_auto_uses_cluster_crds():
     assert backend.name == "scheduler-plugins"
     with pytest.raises(ValueError):
         doctor.resolve(FakeCluster(), "auto", None, "kubeflow", "tfop")
+
+
+# ------------------------------------------------------------ real apiserver
+@pytest.mark.cluster
+def test_doctor_on_real_cluster(request):
+    """Against a real kube-apiserver with RBAC: doctor finds a missing CRD, a missing
+    rule (via SubjectAccessReview) and a missing scheduler, and exits 1; the RBAC
+    checks pass once the suggested rules are added."""
+    try:  # fixtures of e2e/pytest_plugin.py; without that plugin, skip rather than error
+        cluster = request.getfixturevalue("cluster")
+        namespace = request.getfixturevalue("namespace")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs the cluster/namespace fixtures of e2e/pytest_plugin.py")
+    from click.testing import CliRunner
+    from kubernetes import client, config
+
+    from tfop.cli_deploy import doctor_cmd
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    kube_batch, _ = registry.load_backend("kube-batch")  # its CRD is never installed in tests
+    lacking = ("scheduling.incubator.k8s.io", "podgroups", "create")
+    granted = [p for p in rbac.permissions(rbac.operator_rules(kube_batch)) if p != lacking]
+    role = f"tfop-doctor-{namespace}"
+    sched_role = f"tfop-doctor-sched-{namespace}"
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "op"}})
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "sched"}})
+    rbac_api.create_cluster_role(rbac.cluster_role(doctor.missing_rules(granted), name=role))
+    rbac_api.create_cluster_role_binding(rbac.cluster_role_binding(
+        namespace=namespace, name=role, role=role, service_account_name="op"))
+    try:
+        checks = doctor.run_checks(doctor.Cluster(api), kube_batch, namespace, "op",
+                                   scheduler_name=f"no-such-scheduler-{namespace}",
+                                   scheduler_service_account=(namespace, "sched"))
+        by_title = {c.title: c for c in checks}
+        crd = by_title["CRD podgroups.scheduling.incubator.k8s.io exists"]
+        assert crd.ok is False
+        perms = by_title[f"ServiceAccount {namespace}/op has every permission the operator uses"]
+        assert perms.ok is False
+        assert perms.detail == "denied: create podgroups.scheduling.incubator.k8s.io"
+        assert perms.fix.startswith(f"add to the rules of ClusterRole {role} ")
+        assert yaml.safe_load(perms.fix.partition("\n")[2]) == doctor.missing_rules([lacking])
+        sched = by_title[f"scheduler 'no-such-scheduler-{namespace}' is running"]
+        assert sched.ok is False and "looked for a Lease named" in sched.detail
+        s_title = (f"ServiceAccount {namespace}/sched (the scheduler's) may list "
+                   "podgroups.scheduling.incubator.k8s.io")
+        assert by_title[s_title].ok is False and "none" not in by_title[s_title].detail
+
+        result = CliRunner().invoke(doctor_cmd, [
+            "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+            "--service-account", "op", "--gang-scheduler-name", "kube-batch",
+            "--scheduler-name", f"no-such-scheduler-{namespace}"])
+        assert result.exit_code == 1, result.output
+        assert "verbs: [create]" in result.output
+
+        # Fix the RBAC ones exactly as suggested: those checks now pass.
+        rbac_api.patch_cluster_role(role, [{"op": "add", "path": "/rules/-",
+                                            "value": doctor.missing_rules([lacking])[0]}])
+        rbac_api.create_cluster_role(rbac.cluster_role(
+            [{"apiGroups": ["scheduling.incubator.k8s.io"], "resources": ["podgroups"],
+              "verbs": ["list", "watch"]}], name=sched_role))
+        rbac_api.create_cluster_role_binding(rbac.cluster_role_binding(
+            namespace=namespace, name=sched_role, role=sched_role, service_account_name="sched"))
+        checks = doctor.run_checks(doctor.Cluster(api), kube_batch, namespace, "op",
+                                   scheduler_name=f"no-such-scheduler-{namespace}",
+                                   scheduler_service_account=(namespace, "sched"))
+        by_title = {c.title: c for c in checks}
+        assert by_title[perms.title].ok is True
+        assert by_title[s_title].ok is True
+    finally:
+        for name in (role, sched_role):
+            for delete in (rbac_api.delete_cluster_role_binding, rbac_api.delete_cluster_role):
+                try:
+                    delete(name)
+                except client.ApiException:
+                    pass

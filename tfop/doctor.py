@@ -68,10 +68,26 @@ def rules_yaml(rules: list[dict]) -> str:
 
 
 def rbac_fix(denied: Iterable[tuple[str, str, str]], user: str, roles: list[str]) -> str:
+    """What to paste: the rules for a role already bound to `user`, else a role and its binding."""
     rules = missing_rules(denied)
-    where = (f"ClusterRole {roles[0]} (bound to {user})" if roles
-             else f"a ClusterRole bound to {user} (none is bound yet)")
-    return f"add to the rules of {where}:\n{rules_yaml(rules)}"
+    if roles:
+        return f"add to the rules of ClusterRole {roles[0]} (bound to {user}):\n{rules_yaml(rules)}"
+    _, ns, name = user.rsplit(":", 2)
+    from tfop.rbac import cluster_role, cluster_role_binding
+
+    role = f"{name}-extra"
+    objs = [cluster_role(rules, name=role),
+            cluster_role_binding(namespace=ns, name=role, role=role, service_account_name=name)]
+    return (f"no ClusterRole is bound to {user}; kubectl apply -f this:\n"
+            + yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=None).rstrip("\n"))
+
+
+def describe_denied(denied: Iterable[tuple[str, str, str]]) -> str:
+    """'denied: list, watch podgroups.scheduling.volcano.sh; create pods'."""
+    verbs: dict[str, list[str]] = {}
+    for group, resource, verb in denied:
+        verbs.setdefault(f"{resource}.{group}" if group else resource, []).append(verb)
+    return "denied: " + "; ".join(f"{', '.join(vs)} {res}" for res, vs in verbs.items())
 
 
 # ------------------------------------------------------------------ scheduler
@@ -268,8 +284,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
         roles = []
     title = f"ServiceAccount {namespace}/{service_account} has every permission the operator uses"
     if denied:
-        checks.append(Check(title, False, "denied: " + ", ".join(
-            f"{v} {g or 'core'}/{r}" for g, r, v in denied), rbac_fix(denied, user, roles)))
+        checks.append(Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles)))
     else:
         checks.append(Check(title, True))
 
@@ -302,7 +317,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
             s_roles = []
         title = f"ServiceAccount {sa[0]}/{sa[1]} (the scheduler's) may list {group.plural}.{group.group or 'core'}"
         checks.append(Check(title, not s_denied,
-                            "denied: " + ", ".join(v for _, _, v in s_denied) if s_denied else "",
+                            describe_denied(s_denied) if s_denied else "",
                             rbac_fix(s_denied, s_user, s_roles) if s_denied else ""))
     return checks
 
