@@ -169,3 +169,39 @@ def test_apply_switch_backend(fake):
 def test_apply_dry_run(fake):
     out = apply_gang(fake, True, "volcano", Target(), dry_run=True)
     assert len(out) == 2 and fake.patches == [] and fake.args == OFF
+
+
+@pytest.mark.cluster
+def test_apply_gang_on_real_cluster(request):
+    """enable, enable again (no change), disable, against a real apiserver."""
+    try:  # fixtures of e2e/pytest_plugin.py; without that plugin, skip rather than error
+        cluster = request.getfixturevalue("cluster")
+        namespace = request.getfixturevalue("namespace")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs the cluster/namespace fixtures of e2e/pytest_plugin.py")
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    objs = {o["kind"]: o for o in manifests.render_manifests(namespace=namespace, include_crds=False)}
+    role_name = f"tfop-toggle-{namespace}"
+    objs["ClusterRole"]["metadata"]["name"] = role_name
+    client.AppsV1Api(api).create_namespaced_deployment(namespace, objs["Deployment"])
+    rbac_api = client.RbacAuthorizationV1Api(api)
+    rbac_api.create_cluster_role(objs["ClusterRole"])
+    target = Target(namespace=namespace, deployment="tfop", cluster_role=role_name)
+    try:
+        first = apply_gang(api, True, "volcano", target)
+        assert first[0].endswith("args += --enable-gang-scheduling --gang-scheduler-name volcano")
+        assert first[1] == (f"ClusterRole {role_name}: + scheduling.volcano.sh podgroups "
+                            "[create delete get list patch update watch]")
+        assert apply_gang(api, True, "volcano", target)[-1].startswith("nothing to do")
+        volcano, _ = registry.load_backend("volcano")
+        rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]
+        assert rules == rbac.operator_rules(volcano)
+        apply_gang(api, False, None, target)
+        dep = client.AppsV1Api(api).read_namespaced_deployment("tfop", namespace)
+        assert dep.spec.template.spec.containers[0].args == OFF
+        rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]
+        assert rules == rbac.operator_rules(None)
+    finally:
+        rbac_api.delete_cluster_role(role_name)

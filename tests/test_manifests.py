@@ -94,3 +94,30 @@ def test_dump_roundtrip_and_server_side_note():
     assert "--server-side" in text.splitlines()[0]
     assert list(yaml.safe_load_all(text)) == objs
     assert json.loads(manifests.dump(objs, "json"))["items"] == objs
+
+
+def _cluster_fixtures(request):
+    try:  # fixtures of e2e/pytest_plugin.py; without that plugin, skip rather than error
+        return request.getfixturevalue("cluster"), request.getfixturevalue("namespace")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs the cluster/namespace fixtures of e2e/pytest_plugin.py")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("variant", [(False, None), (True, "volcano")], ids=str)
+def test_server_side_apply_accepts_everything(request, tmp_path, variant):
+    """The real apiserver accepts the whole output in one server-side apply (dry run:
+    nothing persists, so the shared CRD and cluster roles are untouched)."""
+    import shutil
+    import subprocess
+
+    cluster, namespace = _cluster_fixtures(request)
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed")
+    path = tmp_path / "tfop.yaml"
+    path.write_text(manifests.dump(manifests.render_manifests(*variant, namespace=namespace)))
+    out = subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig), "apply",
+                          "--server-side", "--dry-run=server", "-f", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("serverside-applied") == 6
