@@ -242,8 +242,11 @@ class Cluster:
         return out
 
     def deployment_args(self, namespace: str, name: str) -> list[str]:
+        from tfop.gang_toggle import Target, container_index
+
         dep = self.apps.read_namespaced_deployment(name, namespace)
-        return list(dep.spec.template.spec.containers[0].args or [])
+        idx = container_index(dep, Target(namespace=namespace, deployment=name))
+        return list(dep.spec.template.spec.containers[idx].args or [])
 
 
 def _denied(cluster: Cluster, user: str, groups: list[str],

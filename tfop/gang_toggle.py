@@ -131,7 +131,7 @@ class Target:
     container: str | None = None  # default: the container named like the Deployment, else the first
 
 
-def _container_index(deployment: Any, target: Target) -> int:
+def container_index(deployment: Any, target: Target) -> int:
     containers = deployment.spec.template.spec.containers
     wanted = target.container or target.deployment
     for i, c in enumerate(containers):
@@ -173,7 +173,7 @@ def apply_gang(api_client: Any, enable: bool, name: str | None, target: Target =
     apps = client.AppsV1Api(api_client)
     rbac_api = client.RbacAuthorizationV1Api(api_client)
     dep = apps.read_namespaced_deployment(target.deployment, target.namespace)
-    idx = _container_index(dep, target)
+    idx = container_index(dep, target)
     old_args = list(dep.spec.template.spec.containers[idx].args or [])
     was_enabled, old_name = gang_state(old_args)
     new_args = toggle_args(old_args, enable, name if enable else None)
