@@ -134,7 +134,7 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
             continue
         rspec = rspec or {}
         count = rspec.get("replicas", 1)
-        if not isinstance(count, int) or count < 0:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             problems.append(Problem(f"{field}.replicas", f"{count!r} is not a whole number >= 0"))
             count = 0
         template = rspec.get("template") or {}
@@ -202,7 +202,8 @@ def _run_policy(spec, version, notes, problems) -> RunPolicy:
     values["clean_pod_policy"] = clean
     for key, attr in RUN_POLICY_FIELDS.items():
         value = values.get(attr)
-        if attr != "clean_pod_policy" and value is not None and (not isinstance(value, int) or value < 0):
+        if attr != "clean_pod_policy" and value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0):
             problems.append(Problem(f"spec.runPolicy.{key}", f"{value!r} is not a whole number >= 0"))
             values[attr] = None
 
