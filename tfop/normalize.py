@@ -123,6 +123,7 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         problems.append(Problem("spec.tfReplicaSpecs", "no replica types: add at least one of Chief, PS, Worker, Evaluator"))
         return ()
     found: dict[str, ReplicaSpec] = {}
+    keys: dict[str, str] = {}  # canonical type -> the key as written, for field paths
     for key, rspec in raw.items():
         field = f"spec.tfReplicaSpecs.{key}"
         rtype = canonical_type(key)
@@ -141,13 +142,14 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         policy = _restart_policy(rtype, field, rspec, template, notes, problems)
         _check_template(field, template, problems)
         found[rtype] = ReplicaSpec(type=rtype, replicas=count, restart_policy=policy, template=template)
+        keys[rtype] = key
 
     chiefs = [t for t in found if t in CHIEF_TYPES]
     if len(chiefs) > 1:
         problems.append(Problem("spec.tfReplicaSpecs", "both Chief and Master are given: keep only one"))
     for rtype in chiefs + (["Evaluator"] if "Evaluator" in found else []):
         if found[rtype].replicas > 1:
-            problems.append(Problem(f"spec.tfReplicaSpecs.{rtype}.replicas", f"{rtype} must have at most 1 replica"))
+            problems.append(Problem(f"spec.tfReplicaSpecs.{keys[rtype]}.replicas", f"{rtype} must have at most 1 replica"))
     return tuple(found[t] for t in REPLICA_TYPES if t in found)
 
 
