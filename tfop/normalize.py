@@ -188,25 +188,29 @@ def _check_template(field, template, problems) -> None:
 def _run_policy(spec, version, notes, problems) -> RunPolicy:
     nested = spec.get("runPolicy") or {}
     values: dict[str, Any] = {}
+    where: dict[str, str] = {}  # attr -> the field the value came from, for problems
     for key, attr in RUN_POLICY_FIELDS.items():
         top, inner = spec.get(key), nested.get(key)
         if inner is not None:
             if top is not None and top != inner:
                 notes.append(f"spec.{key}={top} ignored: spec.runPolicy.{key}={inner} takes precedence")
             values[attr] = inner
+            where[attr] = f"spec.runPolicy.{key}"
         elif top is not None:
             # Legacy location (v1alpha2/v1beta1, and an old habit in v1: upstream #1241 ignored it).
             values[attr] = top
+            where[attr] = f"spec.{key}"
     clean = values.get("clean_pod_policy") or DEFAULT_CLEAN_POD_POLICY.get(version, "None")
     if clean not in CLEAN_POD_POLICIES:
-        problems.append(Problem("spec.runPolicy.cleanPodPolicy", f"{clean!r} is unknown: use None, Running or All"))
+        problems.append(Problem(where.get("clean_pod_policy", "spec.runPolicy.cleanPodPolicy"),
+                                f"{clean!r} is unknown: use None, Running or All"))
         clean = "None"
     values["clean_pod_policy"] = clean
     for key, attr in RUN_POLICY_FIELDS.items():
         value = values.get(attr)
         if attr != "clean_pod_policy" and value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            problems.append(Problem(f"spec.runPolicy.{key}", f"{value!r} is not a whole number >= 0"))
+            problems.append(Problem(where[attr], f"{value!r} is not a whole number >= 0"))
             values[attr] = None
 
     sp = nested.get("schedulingPolicy") or {}
