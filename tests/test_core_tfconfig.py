@@ -1,0 +1,67 @@
+"""TF_CONFIG: exact strings, as upstream's clients parse them."""
+import json
+
+import pytest
+
+from core_fixtures import container, model, pod_template, rspec, tfjob
+from tfop.tfconfig import cluster_spec, tf_config
+
+
+def _job(replicas, **spec):
+    return model(tfjob(replicas, **spec))
+
+
+def _port(port):
+    return rspec(template=pod_template(container(ports=[{"name": "tfjob-port", "containerPort": port}])))
+
+
+PS2_W4 = _job({"PS": 2, "Worker": 4})
+PS2_W4_CLUSTER = ('{"ps":["tf-job-ps-0.ml.svc:2222","tf-job-ps-1.ml.svc:2222"],'
+                  '"worker":["tf-job-worker-0.ml.svc:2222","tf-job-worker-1.ml.svc:2222",'
+                  '"tf-job-worker-2.ml.svc:2222","tf-job-worker-3.ml.svc:2222"]}')
+CWE = _job({"Chief": 1, "Worker": 1, "Evaluator": 1})
+CWE_CLUSTER = ('{"chief":["tf-job-chief-0.ml.svc:2222"],"evaluator":["tf-job-evaluator-0.ml.svc:2222"],'
+               '"worker":["tf-job-worker-0.ml.svc:2222"]}')
+PORTS = _job({"PS": _port(3333), "Worker": {**_port(4444), "replicas": 2}})
+PORTS_CLUSTER = ('{"ps":["tf-job-ps-0.ml.svc:3333"],'
+                 '"worker":["tf-job-worker-0.ml.svc:4444","tf-job-worker-1.ml.svc:4444"]}')
+DYN = _job({"PS": 2, "Worker": 3}, enableDynamicWorker=True)
+DYN_PS = '["tf-job-ps-0.ml.svc:2222","tf-job-ps-1.ml.svc:2222"]'
+
+
+def _cfg(cluster, rtype, index):
+    return f'{{"cluster":{cluster},"task":{{"type":"{rtype}","index":{index}}},"environment":"cloud"}}'
+
+
+# (description, job, type, index, cluster domain, expected TF_CONFIG)
+TABLE = [
+    ("2 PS + 4 workers: ps-0", PS2_W4, "PS", 0, "", _cfg(PS2_W4_CLUSTER, "ps", 0)),
+    ("2 PS + 4 workers: ps-1", PS2_W4, "PS", 1, "", _cfg(PS2_W4_CLUSTER, "ps", 1)),
+    ("2 PS + 4 workers: worker-3", PS2_W4, "Worker", 3, "", _cfg(PS2_W4_CLUSTER, "worker", 3)),
+    ("chief+worker+evaluator: chief", CWE, "Chief", 0, "", _cfg(CWE_CLUSTER, "chief", 0)),
+    ("chief+worker+evaluator: evaluator", CWE, "Evaluator", 0, "", _cfg(CWE_CLUSTER, "evaluator", 0)),
+    ("custom tfjob-port per type", PORTS, "Worker", 1, "", _cfg(PORTS_CLUSTER, "worker", 1)),
+    ("cluster domain", _job({"PS": 1, "Worker": 1}), "Worker", 0, "cluster.local",
+     _cfg('{"ps":["tf-job-ps-0.ml.svc.cluster.local:2222"],"worker":["tf-job-worker-0.ml.svc.cluster.local:2222"]}',
+          "worker", 0)),
+    ("master lower-cased", _job({"Master": 1, "Worker": 1}), "Master", 0, "",
+     _cfg('{"master":["tf-job-master-0.ml.svc:2222"],"worker":["tf-job-worker-0.ml.svc:2222"]}', "master", 0)),
+    ("single-pod job", _job({"Worker": 1}), "Worker", 0, "", None),
+    ("single pod, other types at 0 replicas", _job({"Worker": 1, "PS": 0}), "Worker", 0, "", None),
+    ("dynamic worker: worker sees all PS and itself", DYN, "Worker", 2, "",
+     _cfg(f'{{"ps":{DYN_PS},"worker":{{"2":"tf-job-worker-2.ml.svc:2222"}}}}', "worker", 2)),
+    ("dynamic worker: PS sees all PS", DYN, "PS", 1, "", _cfg(f'{{"ps":{DYN_PS}}}', "ps", 1)),
+]
+
+
+@pytest.mark.parametrize("desc,job,rtype,index,domain,expected", TABLE, ids=[r[0] for r in TABLE])
+def test_tf_config(desc, job, rtype, index, domain, expected):
+    got = tf_config(job, rtype, index, domain)
+    assert got == expected
+    if got is not None:
+        assert json.loads(got)["task"] == {"type": rtype.lower(), "index": index}
+
+
+def test_cluster_spec_lists_zero_replica_types_empty():
+    job = _job({"PS": 0, "Worker": 2})
+    assert cluster_spec(job) == {"ps": [], "worker": ["tf-job-worker-0.ml.svc:2222", "tf-job-worker-1.ml.svc:2222"]}
