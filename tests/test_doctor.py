@@ -88,10 +88,33 @@ def test_find_scheduler(sched, leases, pods, found, sa):
     assert (ev.found, ev.service_account) == (found, sa)
 
 
+def _event(reporter, reason="FailedScheduling", ago=60, legacy=False):
+    when = (NOW - dt.timedelta(seconds=ago)).isoformat()
+    e = {"reason": reason, "involvedObject": {"namespace": "ml", "name": "job-worker-0"}}
+    if legacy:  # written through core/v1: source.component + lastTimestamp
+        return {**e, "source": {"component": reporter}, "lastTimestamp": when}
+    return {**e, "reportingComponent": reporter, "source": {}, "eventTime": when}
+
+
+@pytest.mark.parametrize("sched,events,found", [
+    ("scheduler-plugins-scheduler", [_event("scheduler-plugins-scheduler")], True),
+    ("scheduler-plugins-scheduler", [_event("scheduler-plugins-scheduler", "Scheduled", legacy=True)], True),
+    ("scheduler-plugins-scheduler", [_event("scheduler-plugins-scheduler", ago=3600)], False),  # stale
+    ("scheduler-plugins-scheduler", [_event("default-scheduler")], False),  # someone else
+    ("scheduler-plugins-scheduler", [_event("scheduler-plugins-scheduler", "Pulled")], False),
+    ("volcano", [{**_event("volcano", ago=5), "series": {"lastObservedTime": NOW.isoformat()}}], True),
+])
+def test_find_scheduler_by_events(sched, events, found):
+    ev = doctor.find_scheduler(sched, [], [], NOW, events)
+    assert ev.found is found
+    if found:
+        assert "for pod ml/job-worker-0" in ev.detail
+
+
 def test_find_scheduler_says_what_it_looked_for():
     ev = doctor.find_scheduler("volcano", [], [], NOW)
     assert "'volcano'" in ev.detail and "vc-scheduler" in ev.detail and "volcano-scheduler" in ev.detail
-    assert "Lease" in ev.detail and "Running pod" in ev.detail
+    assert "Lease" in ev.detail and "Running pod" in ev.detail and "FailedScheduling" in ev.detail
 
 
 @pytest.mark.parametrize("backend,override,want", [
@@ -136,6 +159,9 @@ class FakeCluster:
 
     def running_pods(self):
         return self._pods
+
+    def scheduler_events(self):
+        return []
 
     def roles_bound_to(self, ns, name):
         return self.bindings.get((ns, name), [])

@@ -117,7 +117,8 @@ class FakeApi:
         container = NS(name="tfop", args=list(self.args))
         return NS(spec=NS(template=NS(spec=NS(containers=[container]))))
 
-    def patch_namespaced_deployment(self, name, namespace, body):
+    def patch_namespaced_deployment(self, name, namespace, body, field_manager):
+        assert field_manager == "tfop-gang"
         assert body[0] == {"op": "test", "path": "/spec/template/spec/containers/0/args",
                            "value": self.args}
         self.args = body[-1]["value"]
@@ -126,7 +127,7 @@ class FakeApi:
     def read_cluster_role(self, name):
         return NS(rules=[dict(r) for r in self.rules], aggregation_rule=None)
 
-    def patch_cluster_role(self, name, body):
+    def patch_cluster_role(self, name, body, field_manager):
         assert body[0]["op"] == "test" and body[0]["value"] == self.rules
         self.rules = body[-1]["value"]
         self.patches.append(("clusterrole", body))

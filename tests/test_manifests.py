@@ -117,7 +117,8 @@ def test_server_side_apply_accepts_everything(request, tmp_path, variant):
     path = tmp_path / "tfop.yaml"
     path.write_text(manifests.dump(manifests.render_manifests(*variant, namespace=namespace)))
     out = subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig), "apply",
-                          "--server-side", "--dry-run=server", "-f", str(path)],
+                          # force: the shared cluster may hold a `tfop` role set by other tests
+                          "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("serverside-applied") == 6

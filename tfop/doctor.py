@@ -36,6 +36,10 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
 POD_NAME_LABELS = ("component", "app", "app.kubernetes.io/name", "app.kubernetes.io/component",
                    "k8s-app", "name")
 LEASE_GRACE = dt.timedelta(seconds=30)
+# kube-scheduler-based schedulers report Scheduled/FailedScheduling events as their
+# profile's schedulerName; one this recent means that scheduler was running just now.
+EVENT_WINDOW = dt.timedelta(minutes=15)
+SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,17 @@ def _pod_matches(pod: Mapping[str, Any], names: tuple[str, ...]) -> bool:
             or any(labels.get(k) in names for k in POD_NAME_LABELS))
 
 
+def event_time(event: Mapping[str, Any]) -> dt.datetime | None:
+    """When an event (core/v1 view, either API's writer) was last seen."""
+    series = event.get("series") or {}
+    return _time(series.get("lastObservedTime") or event.get("lastTimestamp")
+                 or event.get("eventTime") or event.get("firstTimestamp"))
+
+
+def _reporter(event: Mapping[str, Any]) -> str:
+    return event.get("reportingComponent") or (event.get("source") or {}).get("component") or ""
+
+
 @dataclass(frozen=True)
 class SchedulerEvidence:
     found: bool
@@ -137,12 +152,16 @@ class SchedulerEvidence:
 
 
 def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
-                   pods: list[Mapping[str, Any]], now: dt.datetime) -> SchedulerEvidence:
-    """Is a scheduler answering to `scheduler_name` running, judging by Leases and pods?
+                   pods: list[Mapping[str, Any]], now: dt.datetime,
+                   events: list[Mapping[str, Any]] = ()) -> SchedulerEvidence:
+    """Is a scheduler answering to `scheduler_name` running, judging by Leases, pods, events?
 
     A live leader-election Lease proves a process is running even when it is not
     a pod (our process-based test cluster, or a control plane outside the
-    cluster); a Running pod also yields the scheduler's ServiceAccount.
+    cluster); a Running pod also yields the scheduler's ServiceAccount; a recent
+    (Failed)Scheduling event reported under the exact schedulerName covers
+    schedulers whose Lease has another name (leader election off, or
+    kube-scheduler's default resourceName) and that run outside any pod.
     """
     names = scheduler_names(scheduler_name)
     pod = next((p for p in pods if (p.get("status") or {}).get("phase") == "Running"
@@ -160,6 +179,14 @@ def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
         meta = lease["metadata"]
         parts.append(f"Lease {meta.get('namespace')}/{meta['name']} is held by "
                      f"{lease['spec']['holderIdentity']}")
+    recent = [e for e in events if _reporter(e) == scheduler_name
+              and e.get("reason") in SCHEDULER_REASONS
+              and (t := event_time(e)) is not None and now - t <= EVENT_WINDOW]
+    if recent:
+        e = max(recent, key=event_time)
+        obj = e.get("involvedObject") or e.get("regarding") or {}
+        parts.append(f"it reported {e['reason']} for pod {obj.get('namespace')}/{obj.get('name')} "
+                     f"{int((now - event_time(e)).total_seconds())}s ago")
     if parts:
         return SchedulerEvidence(True, "; ".join(parts), sa)
     alts = " or ".join(names)
@@ -167,7 +194,9 @@ def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
         f"no scheduler answering to schedulerName {scheduler_name!r} found: looked for a "
         f"Lease named {alts} (any namespace) renewed within its leaseDurationSeconds + "
         f"{int(LEASE_GRACE.total_seconds())}s, and for a Running pod (any namespace) named "
-        f"{alts} (or <name>-...), or labelled {'/'.join(POD_NAME_LABELS)}={alts}"))
+        f"{alts} (or <name>-...), or labelled {'/'.join(POD_NAME_LABELS)}={alts}, and for "
+        f"{'/'.join(SCHEDULER_REASONS)} events reported by {scheduler_name!r} in the last "
+        f"{int(EVENT_WINDOW.total_seconds() // 60)} min"))
 
 
 # ------------------------------------------------------------------ report
@@ -233,6 +262,13 @@ class Cluster:
         return self._dicts(self.core.list_pod_for_all_namespaces(
             field_selector="status.phase=Running").items)
 
+    def scheduler_events(self) -> list[dict]:
+        out: list[dict] = []
+        for reason in SCHEDULER_REASONS:
+            out += self._dicts(self.core.list_event_for_all_namespaces(
+                field_selector=f"reason={reason}", limit=500).items)
+        return out
+
     def roles_bound_to(self, namespace: str, name: str) -> list[str]:
         out = []
         for b in self.rbac.list_cluster_role_binding().items:
@@ -293,7 +329,8 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
 
     sched = expected_scheduler(backend, scheduler_name)
     try:
-        evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now)
+        evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now,
+                                  cluster.scheduler_events())
         checks.append(Check(f"scheduler {sched!r} is running", evidence.found, evidence.detail,
                             "" if evidence.found else
                             f"start the scheduler, or point pods at a running one with --scheduler-name"))

@@ -15,6 +15,9 @@ from tfop.rbac import canonical_rule, operator_rules
 ENABLE = "--enable-gang-scheduling"
 NAME = "--gang-scheduler-name"
 _FALSE = {"false", "0", "no", "off"}
+# Named in server-side apply conflicts: re-applying `tfop manifests` rendered with
+# other gang flags than the last `tfop gang` run then says who set the fields.
+FIELD_MANAGER = "tfop-gang"
 
 
 def _units(args: list[str]) -> list[tuple[str, ...]]:
@@ -201,7 +204,8 @@ def apply_gang(api_client: Any, enable: bool, name: str | None, target: Target =
             op = "replace" if dep.spec.template.spec.containers[idx].args is not None else "add"
             patch = ([{"op": "test", "path": path, "value": old_args}] if op == "replace" else [])
             apps.patch_namespaced_deployment(target.deployment, target.namespace,
-                                             patch + [{"op": op, "path": path, "value": new_args}])
+                                             patch + [{"op": op, "path": path, "value": new_args}],
+                                             field_manager=FIELD_MANAGER)
     else:
         report.append(f"{dep_label}: unchanged")
     rule_lines = describe_rules(old_rules, rules)
@@ -215,7 +219,8 @@ def apply_gang(api_client: Any, enable: bool, name: str | None, target: Target =
             op = "replace" if role.rules is not None else "add"
             patch = [{"op": "test", "path": "/rules", "value": old_rules}] if op == "replace" else []
             rbac_api.patch_cluster_role(target.cluster_role,
-                                        patch + [{"op": op, "path": "/rules", "value": rules}])
+                                        patch + [{"op": op, "path": "/rules", "value": rules}],
+                                        field_manager=FIELD_MANAGER)
     else:
         report.append(f"{role_label}: unchanged")
     if not args_text and not rule_lines:

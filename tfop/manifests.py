@@ -25,7 +25,9 @@ UID = 65532  # matches the Dockerfile's USER
 APPLY_NOTE = (
     "Apply with: kubectl apply --server-side -f <this file>\n"
     "The TFJob CRD is larger than the 256 KiB that client-side apply's\n"
-    "last-applied-configuration annotation may hold, so plain `kubectl apply` fails on it."
+    "last-applied-configuration annotation may hold, so plain `kubectl apply` fails on it.\n"
+    "A conflict with manager \"tfop-gang\" means `tfop gang enable|disable` changed the\n"
+    "args or rules since: render with the same gang flags, or add --force-conflicts to undo it."
 )
 
 
