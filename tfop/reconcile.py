@@ -361,7 +361,7 @@ class _Reconcile:
 
     def scale_down(self) -> None:
         wanted = {pod_name(self.job.name, r.type, i) for r, i in self.expected()}
-        for name in list(self.pods) + list(self.services):
+        for name in dict.fromkeys([*self.pods, *self.services]):  # a pod and its service share a name
             if name not in wanted:
                 self.delete_pod(name, with_service=True)
 
