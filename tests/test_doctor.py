@@ -39,6 +39,8 @@ def test_rbac_fix_is_pasteable_yaml():
     head, _, body = text.partition("\n")
     assert head == "add to the rules of ClusterRole tfop (bound to system:serviceaccount:kubeflow:tfop):"
     assert yaml.safe_load(body) == doctor.missing_rules(denied)
+    text = doctor.rbac_fix(denied, "u", None)
+    assert text.startswith("add to the rules of a ClusterRole bound to u:\n")
     text = doctor.rbac_fix(denied, "system:serviceaccount:vs:sched", [])
     role, binding = yaml.safe_load_all(text.partition("\n")[2])
     assert role["rules"] == doctor.missing_rules(denied) and role["metadata"]["name"] == "sched-extra"

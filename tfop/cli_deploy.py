@@ -82,6 +82,8 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, deployment,
                scheduler_service_account, kubeconfig, context):
     """Check CRDs, the operator's RBAC, and the gang scheduler; exit 1 on any failure."""
+    from kubernetes.client.exceptions import ApiException
+
     from tfop import doctor
 
     cluster = doctor.Cluster(_api_client(kubeconfig, context))
@@ -92,8 +94,11 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
         click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
         raise SystemExit(1)
     click.echo(f"checking: {why}")
-    checks = doctor.run_checks(cluster, backend, namespace, service_account, sched,
-                               _sa(scheduler_service_account))
+    try:
+        checks = doctor.run_checks(cluster, backend, namespace, service_account, sched,
+                                   _sa(scheduler_service_account))
+    except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
+        raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
     click.echo(doctor.format_report(checks))
     raise SystemExit(doctor.exit_code(checks))
 

@@ -71,9 +71,14 @@ def rules_yaml(rules: list[dict]) -> str:
     return yaml.safe_dump(rules, sort_keys=False, default_flow_style=None).rstrip("\n")
 
 
-def rbac_fix(denied: Iterable[tuple[str, str, str]], user: str, roles: list[str]) -> str:
-    """What to paste: the rules for a role already bound to `user`, else a role and its binding."""
+def rbac_fix(denied: Iterable[tuple[str, str, str]], user: str, roles: list[str] | None) -> str:
+    """What to paste: the rules for a role already bound to `user`, else a role and its binding.
+
+    roles None: the bindings could not be listed, so which role is unknown.
+    """
     rules = missing_rules(denied)
+    if roles is None:
+        return f"add to the rules of a ClusterRole bound to {user}:\n{rules_yaml(rules)}"
     if roles:
         return f"add to the rules of ClusterRole {roles[0]} (bound to {user}):\n{rules_yaml(rules)}"
     _, ns, name = user.rsplit(":", 2)
@@ -320,7 +325,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
     try:
         roles = cluster.roles_bound_to(namespace, service_account)
     except Exception:  # doctor's own user may not list bindings; the fix text still works
-        roles = []
+        roles = None
     title = f"ServiceAccount {namespace}/{service_account} has every permission the operator uses"
     if denied:
         checks.append(Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles)))
@@ -329,8 +334,11 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
 
     sched = expected_scheduler(backend, scheduler_name)
     try:
-        evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now,
-                                  cluster.scheduler_events())
+        try:
+            events = cluster.scheduler_events()
+        except Exception:  # the weakest evidence; Leases and pods still decide
+            events = []
+        evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now, events)
         checks.append(Check(f"scheduler {sched!r} is running", evidence.found, evidence.detail,
                             "" if evidence.found else
                             f"start the scheduler, or point pods at a running one with --scheduler-name"))
@@ -354,7 +362,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "
         try:
             s_roles = cluster.roles_bound_to(*sa)
         except Exception:
-            s_roles = []
+            s_roles = None
         title = f"ServiceAccount {sa[0]}/{sa[1]} (the scheduler's) may list {group.plural}.{group.group or 'core'}"
         checks.append(Check(title, not s_denied,
                             describe_denied(s_denied) if s_denied else "",
