@@ -271,6 +271,8 @@ class _Reconcile:
 
     def handle_failures(self, shape: GangShape | None) -> bool:
         """Restart what may be restarted; False when the job failed."""
+        if self.outcome()[0]:
+            return True  # the deciding replica succeeded: later failures of the others do not count
         restartable, fatal = [], []
         for pod in self.obs.pods:
             replica = self._replica_of(pod)
@@ -377,8 +379,8 @@ class _Reconcile:
                 counts[replica.type][key] += 1
         return counts
 
-    def update_outcome(self) -> bool:
-        """Running / Succeeded from the replicas; True when the job just finished."""
+    def outcome(self) -> tuple[bool, bool]:
+        """(succeeded, running) as the chief, else the workers, tell."""
         counts = self.replica_counts()
         chief = self.job.chief
         succeeded = running = False
@@ -392,6 +394,11 @@ class _Reconcile:
             first_done = worker0 is not None and P.phase(worker0) == "Succeeded"
             succeeded = all_done or (first_done and self.job.success_policy != "AllWorkers")
             running = counts["Worker"]["active"] > 0
+        return succeeded, running
+
+    def update_outcome(self) -> bool:
+        """Running / Succeeded from the replicas; True when the job just finished."""
+        succeeded, running = self.outcome()
         if succeeded:
             self.condition(S.SUCCEEDED, True, S.REASON[S.SUCCEEDED], f"TFJob {self.id} successfully completed.")
             self.status.setdefault("completionTime", S.timestamp(self.now))
