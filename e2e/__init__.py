@@ -1,0 +1,1 @@
+"""End-to-end harness: a real local control plane built from Go modules."""
