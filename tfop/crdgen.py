@@ -26,7 +26,8 @@ MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # bounds CEL cost over the map
 OUTPUT = Path(__file__).resolve().parent.parent / "crds" / f"{GROUP}_{PLURAL}.yaml"
 
 _DEFS_PREFIX = "io.k8s.apimachinery.pkg"
-_INT_OR_STRING = {f"{_DEFS_PREFIX}.util.intstr.IntOrString", f"{_DEFS_PREFIX}.api.resource.Quantity"}
+_INT_OR_STRING = {f"{_DEFS_PREFIX}.util.intstr.IntOrString",
+                  f"{_DEFS_PREFIX}.api.resource.Quantity"}
 _OBJECT_META = f"{_DEFS_PREFIX}.apis.meta.v1.ObjectMeta"
 _TIME = f"{_DEFS_PREFIX}.apis.meta.v1.Time"
 # Keywords of the Kubernetes JSON schemas that a CRD schema may carry over.
@@ -157,7 +158,7 @@ class _Converter:
             out["properties"] = {k: self.node(v, stack) for k, v in src["properties"].items()}
         if isinstance(src.get("additionalProperties"), dict):
             out["additionalProperties"] = self.node(src["additionalProperties"], stack)
-        if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        if out.get("type") == "object" and not {"properties", "additionalProperties"} & set(out):
             out["x-kubernetes-preserve-unknown-fields"] = True
         if out.get("x-kubernetes-list-type") == "map":
             self._default_map_keys(out)
