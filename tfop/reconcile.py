@@ -245,6 +245,8 @@ class _Reconcile:
 
     # -- children --------------------------------------------------------------
     def ensure_services(self) -> None:
+        if self.outcome()[0]:
+            return  # finishing in this pass: nothing new (cleanPodPolicy would never see it)
         for replica, index in self.expected():
             name = pod_name(self.job.name, replica.type, index)
             if name not in self.services:
@@ -337,6 +339,8 @@ class _Reconcile:
     def create_missing_pods(self, shape: GangShape | None) -> None:
         if self.deleting:
             return  # never recreate in the same pass that deletes: names must be free first
+        if self.outcome()[0]:
+            return  # finishing in this pass: a pod created now would outlive the job (cleanPodPolicy None)
         if shape is not None and any(P.terminating(p) for p in self.obs.pods):
             return  # a gang restarts as a unit: wait until every old member is gone
         backend = self.ctx.backend
