@@ -267,25 +267,29 @@ def test_good_job_deepcopy_is_untouched_by_validation():
 
 
 # ------------------------------------------------------------ on a real apiserver
-# Uses the e2e plugin's `cluster` fixture (its .kubeconfig) when loaded, else
-# TFOP_TEST_KUBECONFIG; skipped when neither is there.
+# Uses the e2e plugin's `cluster` fixture when a conftest loads e2e.pytest_plugin,
+# else an apiserver named by TFOP_TEST_KUBECONFIG; skipped when neither is there.
 CEL_MESSAGES = {crdgen.MSG_EMPTY, crdgen.MSG_UNKNOWN, crdgen.MSG_DUPLICATE, crdgen.MSG_ONE_CHIEF,
                 crdgen.MSG_CHIEF_REPLICAS, crdgen.MSG_EVALUATOR_REPLICAS, crdgen.MSG_NAME}
 
 
+def _kubectl_for(request):
+    path = os.environ.get("TFOP_TEST_KUBECONFIG")
+    if path:
+        return lambda *args, input=None: subprocess.run(
+            ["kubectl", "--kubeconfig", path, *args], input=input, text=True,
+            capture_output=True, timeout=120)
+    try:
+        cluster = request.getfixturevalue("cluster")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs an apiserver: load e2e.pytest_plugin or set TFOP_TEST_KUBECONFIG")
+    return lambda *args, input=None: cluster.kubectl(*args, input=input, check=False,
+                                                     timeout=120)
+
+
 @pytest.fixture(scope="module")
 def kube(request):
-    path = os.environ.get("TFOP_TEST_KUBECONFIG")
-    if not path:
-        try:
-            path = str(request.getfixturevalue("cluster").kubeconfig)
-        except pytest.FixtureLookupError:
-            pytest.skip("needs an apiserver: the e2e cluster fixture or TFOP_TEST_KUBECONFIG")
-
-    def kubectl(*args, input=None):
-        return subprocess.run(["kubectl", "--kubeconfig", path, *args], input=input,
-                              text=True, capture_output=True, timeout=120)
-
+    kubectl = _kubectl_for(request)
     r = kubectl("apply", "--server-side", "--force-conflicts", "-f",
                 str(resource_path("crds", crd.CRD_FILE)))
     assert r.returncode == 0, r.stderr
