@@ -118,16 +118,31 @@ class Informer:
                 version = await self._relist(namespace)
                 if first:
                     first = False
-                    self._pending_syncs -= 1
-                    if self._pending_syncs == 0:
-                        self.synced.set()
+                    self._mark_synced()
                 while version:
                     version = await self._watch(namespace, version)
             except asyncio.CancelledError:
                 raise
+            except ApiError as err:
+                if err.status not in (403, 404):
+                    log.warning("%s watch (%s) failed, relisting in 1s: %s", self.plural, namespace or "all", err)
+                    await asyncio.sleep(1)
+                    continue
+                # A missing CRD or RBAC rule must not stall every other job: count as synced (empty), say it.
+                log.error("cannot list %s (%s): %s; retrying in 10s (run `tfop doctor`)", self.plural,
+                          namespace or "all namespaces", err)
+                if first:
+                    first = False
+                    self._mark_synced()
+                await asyncio.sleep(10)
             except Exception as err:  # noqa: BLE001 - a watch must survive anything and relist
                 log.warning("%s watch (%s) failed, relisting in 1s: %s", self.plural, namespace or "all", err)
                 await asyncio.sleep(1)
+
+    def _mark_synced(self) -> None:
+        self._pending_syncs -= 1
+        if self._pending_syncs == 0:
+            self.synced.set()
 
     async def _relist(self, namespace: str | None) -> str:
         listing = await self.client.list(self.api_version, self.plural, namespace, self.label_selector)
