@@ -3,6 +3,7 @@ import copy
 import json
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -293,9 +294,12 @@ def kube(request):
     r = kubectl("apply", "--server-side", "--force-conflicts", "-f",
                 str(resource_path("crds", crd.CRD_FILE)))
     assert r.returncode == 0, r.stderr
-    r = kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                "crd/tfjobs.kubeflow.org")
-    assert r.returncode == 0, r.stderr
+    # poll: `kubectl wait` errors out while the new CRD has no status.conditions yet
+    deadline = time.monotonic() + 60
+    while kubectl("get", "crd", "tfjobs.kubeflow.org", "-o", "jsonpath={.status.conditions"
+                  "[?(@.type=='Established')].status}").stdout != "True":
+        assert time.monotonic() < deadline, "TFJob CRD not Established after 60s"
+        time.sleep(0.2)
     ns = f"tfop-crd-{uuid.uuid4().hex[:8]}"
     assert kubectl("create", "namespace", ns).returncode == 0
     yield kubectl, ns
