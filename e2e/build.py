@@ -21,6 +21,11 @@ import threading
 import time
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # non-POSIX: no cross-process build lock
+    fcntl = None
+
 COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
 
 # component -> {binary name: Go package path}. Order = build order (the
@@ -106,11 +111,28 @@ def _heartbeat(label: str, start: float, stop: threading.Event) -> None:
 
 def build_component(name: str, force: bool = False) -> tuple[Path, float | None]:
     """Build one component; returns (bin dir, seconds or None when cached)."""
-    go = go_exe()
     out = bin_dir(name)
     if is_built(name) and not force:
         print(f"[e2e.build] {name}: cached in {out}", flush=True)
         return out, None
+    # Several pytest sessions / engineers may build at once: one builds, the
+    # others wait for it and then find the result cached.
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / f".{name}.lock", "w") as lock:
+        if fcntl is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"[e2e.build] {name}: another process is building it; waiting", flush=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_built(name) and not force:
+            print(f"[e2e.build] {name}: cached in {out}", flush=True)
+            return out, None
+        return _build_locked(name, out)
+
+
+def _build_locked(name: str, out: Path) -> tuple[Path, float]:
+    go = go_exe()
     if not go:
         raise BuildError("Go toolchain not found (need `go` on PATH)")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")

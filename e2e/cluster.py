@@ -1,0 +1,558 @@
+"""A real local Kubernetes control plane as plain processes on 127.0.0.1.
+
+etcd, kube-apiserver (RBAC), kube-controller-manager, kube-scheduler, kwok
+(fake GPU nodes) and optional batch schedulers (scheduler-plugins
+Coscheduling, Volcano), all built by e2e.build.
+
+    python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
+                             [--schedulers default,coscheduling,volcano]
+    python -m e2e.cluster status|down [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from e2e import build, kwok_stages, pki
+
+ALL_SCHEDULERS = ("default", "coscheduling", "volcano")
+NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
+NODE_LABEL_VALUE = "fake-gpu"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
+COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+VOLCANO_SCHEDULER_NAME = "volcano"
+GPU_RESOURCE = "nvidia.com/gpu"
+SERVICE_CIDR = "10.0.0.0/24"
+
+VOLCANO_CONF = """\
+actions: "enqueue, allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+  - name: conformance
+- plugins:
+  - name: overcommit
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+"""
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def default_dir() -> Path:
+    env = os.environ.get("TFOP_E2E_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"tfop-e2e-{os.getuid()}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGKILL when the Python process that started it
+    # dies, even by SIGKILL, so a crashed test session leaves nothing behind.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _kubeconfig(server: str, ca: Path, user: dict) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "tfop-e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": "user", "user": user}],
+        "contexts": [{"name": "tfop-e2e", "context": {"cluster": "tfop-e2e", "user": "user"}}],
+        "current-context": "tfop-e2e",
+    })
+
+
+class Cluster:
+    """Handle on a cluster directory. State lives in DIR/state.json, so a
+    second process (e.g. `python -m e2e.cluster down`) can attach to it."""
+
+    def __init__(self, dir: Path):
+        self.dir = Path(dir).resolve()
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.logs = self.dir / "logs"
+        self.pki = self.dir / "pki"
+        self.state: dict = {}
+        self._procs: dict[str, subprocess.Popen] = {}
+        sf = self.dir / "state.json"
+        if sf.exists():
+            self.state = json.loads(sf.read_text())
+
+    # ---------- public API ----------
+
+    @property
+    def server(self) -> str:
+        return self.state["server"]
+
+    @classmethod
+    def attach(cls, dir: Path | str | None = None) -> "Cluster":
+        c = cls(Path(dir) if dir else default_dir())
+        if not c.state:
+            raise ClusterError(f"no cluster state in {c.dir}")
+        return c
+
+    @classmethod
+    def up(cls, dir: Path | str | None = None, *, gpu_nodes: int = 4, gpus_per_node: int = 1,
+           schedulers: tuple[str, ...] | list[str] = ALL_SCHEDULERS, build_missing: bool = True,
+           stop_on_exit: bool = True, timeout: float = 120) -> "Cluster":
+        """Start everything and wait until usable. With stop_on_exit (the
+        default for Python callers) the processes die with this interpreter."""
+        unknown = set(schedulers) - set(ALL_SCHEDULERS)
+        if unknown:
+            raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {ALL_SCHEDULERS}")
+        c = cls(Path(dir) if dir else default_dir())
+        if c.state and c.alive_components():
+            raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
+        comps = ["kubernetes", "etcd", "kwok"]
+        comps += ["scheduler-plugins"] if "coscheduling" in schedulers else []
+        comps += ["volcano"] if "volcano" in schedulers else []
+        if build_missing:
+            build.ensure(comps)
+        c._stop_on_exit = stop_on_exit
+        if stop_on_exit:
+            atexit.register(c.down)
+            _install_sigterm_handler()
+        try:
+            c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout)
+        except BaseException:
+            c.down()
+            raise
+        return c
+
+    def down(self, keep_dir: bool = False) -> None:
+        """Stop every recorded process group (SIGTERM, then SIGKILL) and remove state."""
+        _kill_groups([pid for pid in self.state.get("pids", {}).values()], self.dir)
+        for p in self._procs.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._procs.clear()
+        self.state["pids"] = {}
+        if keep_dir or not self.dir.exists():
+            return
+        # Only delete what we created (the dir may be user-chosen).
+        for sub in ("etcd", "pki", "logs", "kubeconfigs", "sa-kubeconfigs"):
+            _rmtree(self.dir / sub)
+        for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml"):
+            (self.dir / f).unlink(missing_ok=True)
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+        self.state = {}
+
+    def alive_components(self) -> dict[str, bool]:
+        return {n: _pid_alive(pid, self.dir) for n, pid in self.state.get("pids", {}).items()}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        cmd = [str(build.binary("kubectl")), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
+        p = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+        return p
+
+    def apply(self, obj: dict | list | str) -> None:
+        text = obj if isinstance(obj, str) else yaml.safe_dump_all(obj if isinstance(obj, list) else [obj])
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
+
+    def add_gpu_nodes(self, n: int, gpus: int = 1, *, wait: bool = True) -> list[str]:
+        """Create n fake nodes (cpu 32, memory 256Gi, pods 110, nvidia.com/gpu
+        = gpus) managed by kwok; returns their names."""
+        start = self.state.get("next_node", 0)
+        names = [f"tfop-gpu-{i}" for i in range(start, start + n)]
+        alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+        self.apply([{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                         "labels": {NODE_LABEL: NODE_LABEL_VALUE, "type": "kwok",
+                                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64"}},
+            "status": {"capacity": alloc, "allocatable": alloc},
+        } for name in names])
+        # Server-side apply ignores status on create for some versions; make sure.
+        for name in names:
+            self.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                         "-p", json.dumps({"status": {"capacity": alloc, "allocatable": alloc}}))
+        self.state["next_node"] = start + n
+        self._save()
+        if wait:
+            for name in names:
+                self._wait(f"node {name} Ready", lambda nm=name: self._node_ready(nm), 60, "kwok")
+        return names
+
+    def remove_node(self, name: str) -> None:
+        self.kubectl("delete", "node", name, "--wait=true")
+
+    def logs_tail(self, component: str | None = None, lines: int = 30) -> str:
+        names = [component] if component else sorted(p.stem for p in self.logs.glob("*.log"))
+        out = []
+        for n in names:
+            f = self.logs / f"{n}.log"
+            if f.exists():
+                tail = f.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"==> {f} <==\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def service_account_kubeconfig(self, namespace: str, name: str, duration: str = "24h") -> Path:
+        """Kubeconfig authenticating as ServiceAccount namespace/name, with a
+        token from the TokenRequest API. Creates the ServiceAccount if missing."""
+        self.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace}})
+        token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").stdout.strip()
+        d = self.dir / "sa-kubeconfigs"
+        d.mkdir(exist_ok=True)
+        path = d / f"{namespace}.{name}.kubeconfig"
+        path.write_text(_kubeconfig(self.server, self.pki / "ca.crt", {"token": token}))
+        path.chmod(0o600)
+        return path
+
+    # ---------- start-up ----------
+
+    def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float) -> None:
+        for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
+            _rmtree(self.dir / sub)
+        for sub in ("logs", "kubeconfigs", "etcd"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
+                                          "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
+                                          "volcano_metrics", "volcano_healthz")}
+        server = f"https://127.0.0.1:{ports['apiserver']}"
+        self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
+                      "next_node": 0}
+        self._save()
+        self._make_pki(server)
+        d, p, kc = self.dir, ports, self.dir / "kubeconfigs"
+        etcd_url = f"http://127.0.0.1:{p['etcd']}"
+
+        self._spawn("etcd", [
+            build.binary("etcd"), "--data-dir", d / "etcd", "--name", "tfop-e2e",
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{p['etcd_peer']}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{p['etcd_peer']}",
+            "--initial-cluster", f"tfop-e2e=http://127.0.0.1:{p['etcd_peer']}",
+            "--unsafe-no-fsync", "--log-level", "warn"])
+        self._wait_http("etcd", f"{etcd_url}/health", timeout)
+
+        pk = self.pki
+        self._spawn("kube-apiserver", [
+            build.binary("kube-apiserver"), "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", p["apiserver"],
+            "--tls-cert-file", pk / "apiserver.crt", "--tls-private-key-file", pk / "apiserver.key",
+            "--client-ca-file", pk / "ca.crt", "--authorization-mode", "Node,RBAC",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", pk / "sa.pub",
+            "--service-account-signing-key-file", pk / "sa.key",
+            "--service-cluster-ip-range", SERVICE_CIDR, "--allow-privileged=true",
+            # No real network: don't publish a loopback address as the
+            # `kubernetes` Service endpoint (validation rejects it anyway).
+            "--endpoint-reconciler-type", "none",
+            "--enable-priority-and-fairness=false", "--profiling=false"])
+        self._wait_http("kube-apiserver", f"{server}/readyz", timeout, admin=True)
+
+        def comp_kc(name: str) -> Path:
+            return kc / f"{name}.kubeconfig"
+
+        auth = lambda name: ["--authentication-kubeconfig", comp_kc(name),  # noqa: E731
+                             "--authorization-kubeconfig", comp_kc(name)]
+        self._spawn("kube-controller-manager", [
+            build.binary("kube-controller-manager"), "--kubeconfig", comp_kc("kube-controller-manager"),
+            *auth("kube-controller-manager"),
+            "--bind-address", "127.0.0.1", "--secure-port", p["kcm"], "--leader-elect=false",
+            "--root-ca-file", pk / "ca.crt", "--service-account-private-key-file", pk / "sa.key",
+            "--cluster-signing-cert-file", pk / "ca.crt", "--cluster-signing-key-file", pk / "ca.key",
+            # each controller acts as its own ServiceAccount, as in a real cluster
+            "--use-service-account-credentials=true", "--controllers=*"])
+        self._wait_http("kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz", timeout)
+
+        if "default" in schedulers:
+            self._spawn("kube-scheduler", [
+                build.binary("kube-scheduler"), "--kubeconfig", comp_kc("kube-scheduler"),
+                *auth("kube-scheduler"), "--bind-address", "127.0.0.1",
+                "--secure-port", p["scheduler"], "--leader-elect=false"])
+            self._wait_http("kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz", timeout)
+
+        kwok_src = build.module_dir("kwok", "sigs.k8s.io/kwok")
+        (d / "kwok.yaml").write_text(kwok_stages.stages_yaml(kwok_src))
+        self._spawn("kwok", [
+            build.binary("kwok"), "--kubeconfig", comp_kc("kwok"), "--config", d / "kwok.yaml",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}=fake",
+            "--cidr", "10.244.0.1/16", "--node-ip", "10.240.0.1",
+            "--node-lease-duration-seconds", "40", "--server-address", f"127.0.0.1:{p['kwok']}"])
+        self._wait_http("kwok", f"http://127.0.0.1:{p['kwok']}/healthz", timeout)
+
+        if "coscheduling" in schedulers:
+            self._start_coscheduling(timeout)
+        if "volcano" in schedulers:
+            self._start_volcano(timeout)
+
+        if gpu_nodes:
+            self.add_gpu_nodes(gpu_nodes, gpus)
+        # Pods need the `default` ServiceAccount (ServiceAccount admission).
+        self._wait("default ServiceAccount", lambda: self.kubectl(
+            "get", "sa", "default", "-n", "default", check=False).returncode == 0,
+            timeout, "kube-controller-manager")
+
+    def _start_coscheduling(self, timeout: float) -> None:
+        src = build.module_dir("scheduler-plugins", "sigs.k8s.io/scheduler-plugins")
+        # PodGroup CRD (Coscheduling) + ElasticQuota CRD (the controller watches both).
+        self._install_crds([src / "manifests/coscheduling/crd.yaml",
+                            src / "manifests/capacityscheduling/crd.yaml"], timeout)
+        kc, p = self.dir / "kubeconfigs" / "scheduler-plugins.kubeconfig", self.state["ports"]
+        conf = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "clientConnection": {"kubeconfig": str(kc)},
+            "profiles": [{
+                "schedulerName": COSCHEDULING_SCHEDULER_NAME,
+                "plugins": {
+                    "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+                    # Coscheduling must be the only queue sort of the profile.
+                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                },
+            }],
+        }
+        (self.dir / "coscheduling.yaml").write_text(yaml.safe_dump(conf))
+        self._spawn("scheduler-plugins-scheduler", [
+            build.binary("scheduler-plugins-scheduler"), "--config", self.dir / "coscheduling.yaml",
+            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"]])
+        self._wait_http("scheduler-plugins-scheduler", f"https://127.0.0.1:{p['cosched']}/healthz", timeout)
+        self._spawn("scheduler-plugins-controller", [
+            build.binary("scheduler-plugins-controller"),
+            "--metricsAddr", f"127.0.0.1:{p['cosched_ctrl_metrics']}",
+            "--probeAddr", f"127.0.0.1:{p['cosched_ctrl_probe']}"],
+            env={"KUBECONFIG": str(kc)})
+        self._wait_http("scheduler-plugins-controller",
+                        f"http://127.0.0.1:{p['cosched_ctrl_probe']}/healthz", timeout)
+
+    def _start_volcano(self, timeout: float) -> None:
+        src = build.module_dir("volcano", "volcano.sh/volcano")
+        self._install_crds(sorted((src / "config/crd/volcano/bases").glob("*.yaml")), timeout)
+        (self.dir / "volcano.conf").write_text(VOLCANO_CONF)
+        p = self.state["ports"]
+        self._spawn("volcano-scheduler", [
+            build.binary("vc-scheduler"), "--kubeconfig", self.dir / "kubeconfigs" / "volcano.kubeconfig",
+            "--scheduler-conf", self.dir / "volcano.conf", "--scheduler-name", VOLCANO_SCHEDULER_NAME,
+            "--leader-elect=false", "--cache-dumper=false", "--schedule-period", "500ms",
+            "--listen-address", f"127.0.0.1:{p['volcano_metrics']}",
+            "--enable-healthz", "--healthz-address", f"127.0.0.1:{p['volcano_healthz']}"])
+        self._wait_http("volcano-scheduler", f"http://127.0.0.1:{p['volcano_healthz']}/healthz", timeout)
+        # Volcano creates its `default` queue itself once its cache syncs.
+        self._wait("volcano default queue", lambda: self.kubectl(
+            "get", "queues.scheduling.volcano.sh", "default", check=False).returncode == 0,
+            timeout, "volcano-scheduler")
+
+    def _install_crds(self, files: list[Path], timeout: float) -> None:
+        for f in files:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f))
+        names = []
+        for f in files:
+            names += [doc["metadata"]["name"] for doc in yaml.safe_load_all(f.read_text())
+                      if doc and doc.get("kind") == "CustomResourceDefinition"]
+        self.kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s",
+                     *[f"crd/{n}" for n in names], timeout=timeout + 10)
+
+    def _make_pki(self, server: str) -> None:
+        d = self.pki
+        pki.make_ca(d)
+        pki.make_sa_keypair(d)
+        pki.make_cert(d, "apiserver", "/CN=kube-apiserver", server_sans=[
+            "IP:127.0.0.1", "DNS:localhost", "IP:10.0.0.1", "DNS:kubernetes",
+            "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local"])
+        # Control-plane components use their built-in RBAC identities; kwok and
+        # the batch schedulers get system:masters: their RBAC is not under test.
+        idents = {
+            "admin": "/O=system:masters/CN=tfop-e2e-admin",
+            "kube-controller-manager": "/CN=system:kube-controller-manager",
+            "kube-scheduler": "/CN=system:kube-scheduler",
+            "kwok": "/O=system:masters/CN=tfop-e2e-kwok",
+            "scheduler-plugins": "/O=system:masters/CN=tfop-e2e-scheduler-plugins",
+            "volcano": "/O=system:masters/CN=tfop-e2e-volcano",
+        }
+        for name, subj in idents.items():
+            pki.make_cert(d, name, subj)
+            kc = self.kubeconfig if name == "admin" else self.dir / "kubeconfigs" / f"{name}.kubeconfig"
+            kc.write_text(_kubeconfig(server, d / "ca.crt", {
+                "client-certificate": str(d / f"{name}.crt"), "client-key": str(d / f"{name}.key")}))
+            kc.chmod(0o600)
+
+    # ---------- process helpers ----------
+
+    def _spawn(self, name: str, cmd: list, env: dict | None = None) -> None:
+        log = open(self.logs / f"{name}.log", "ab")
+        proc = subprocess.Popen(
+            [str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=self.dir, env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=_die_with_parent if getattr(self, "_stop_on_exit", False) else None)
+        log.close()
+        self._procs[name] = proc
+        self.state["pids"][name] = proc.pid
+        self._save()
+
+    def _save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "state.json").write_text(json.dumps(self.state, indent=1))
+
+    def _wait(self, what: str, pred, timeout: float, component: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [n for n, p in self._procs.items() if p.poll() is not None]
+            if dead:
+                raise ClusterError(f"{dead[0]} exited ({self._procs[dead[0]].returncode}) while waiting "
+                                   f"for {what}:\n{self.logs_tail(dead[0])}")
+            try:
+                if pred():
+                    return
+            except Exception:  # not up yet: connection refused, TLS, 5xx...
+                pass
+            time.sleep(0.3)
+        raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}:\n{self.logs_tail(component)}")
+
+    def _wait_http(self, name: str, url: str, timeout: float, admin: bool = False) -> None:
+        ctx = None
+        if url.startswith("https"):
+            if admin:
+                ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+                ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+            else:  # component serving certs are self-signed
+                ctx = ssl._create_unverified_context()
+
+        def ok() -> bool:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                return r.status == 200
+        self._wait(f"{name} {url}", ok, timeout, name)
+
+    def _node_ready(self, name: str) -> bool:
+        node = json.loads(self.kubectl("get", "node", name, "-o", "json").stdout)
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in node.get("status", {}).get("conditions", []))
+
+
+# ---------- module helpers ----------
+
+def _pid_alive(pid: int, cluster_dir: Path) -> bool:
+    # Guard against pid reuse: every component runs with DIR as its cwd.
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")) == cluster_dir
+    except OSError:
+        return False
+
+
+def _kill_groups(pids: list[int], cluster_dir: Path) -> None:
+    """SIGTERM every component's process group at once, SIGKILL what is left
+    after a short grace period (a test cluster needs no graceful shutdown)."""
+    pids = [p for p in pids if _pid_alive(p, cluster_dir)]
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            for pid in list(pids):
+                try:  # reap our own children; others' zombies vanish by themselves
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                try:
+                    os.killpg(pid, 0)
+                except ProcessLookupError:
+                    pids.remove(pid)
+            time.sleep(0.1)
+        if not pids:
+            return
+
+
+def _rmtree(p: Path) -> None:
+    import shutil
+    shutil.rmtree(p, ignore_errors=True)
+
+
+_sigterm_installed = False
+
+
+def _install_sigterm_handler() -> None:
+    """Turn SIGTERM into SystemExit so atexit handlers stop the cluster."""
+    global _sigterm_installed
+    import threading
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    _sigterm_installed = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("--dir", default=None, help="state dir (default $TFOP_E2E_DIR or /tmp/tfop-e2e-UID)")
+    ap.add_argument("--gpu-nodes", type=int, default=4)
+    ap.add_argument("--gpus-per-node", type=int, default=1)
+    ap.add_argument("--schedulers", default=",".join(ALL_SCHEDULERS))
+    ap.add_argument("--timeout", type=float, default=120)
+    a = ap.parse_args(argv)
+    d = Path(a.dir) if a.dir else default_dir()
+    try:
+        if a.action == "up":
+            t0 = time.monotonic()
+            c = Cluster.up(d, gpu_nodes=a.gpu_nodes, gpus_per_node=a.gpus_per_node,
+                           schedulers=[s for s in a.schedulers.split(",") if s],
+                           stop_on_exit=False, timeout=a.timeout)
+            print(f"cluster up in {time.monotonic() - t0:.1f}s: {c.server}")
+            print(f"logs: {c.logs}")
+            print(f"kubeconfig: {c.kubeconfig}")
+        elif a.action == "down":
+            c = Cluster(d)
+            c.down()
+            print(f"cluster in {d} stopped")
+        else:
+            c = Cluster(d)
+            alive = c.alive_components()
+            if not alive:
+                print(f"no cluster in {d}")
+                return 1
+            print(f"server: {c.server}\nkubeconfig: {c.kubeconfig}")
+            for n, up in alive.items():
+                print(f"{n:30s} {'up' if up else 'DOWN'} (pid {c.state['pids'][n]})")
+            return 0 if all(alive.values()) else 1
+    except (ClusterError, build.BuildError) as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

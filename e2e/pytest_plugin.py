@@ -1,0 +1,115 @@
+"""pytest fixtures for tests against the real local control plane.
+
+Load with `pytest_plugins = ["e2e.pytest_plugin"]` in a top-level conftest.py.
+
+Fixtures: `cluster` (session; an e2e.cluster.Cluster), `namespace` (function;
+a fresh namespace name, deleted afterwards), `kubectl` (function; runs the
+built kubectl against the cluster as admin). Mark tests with
+`@pytest.mark.cluster`.
+
+Environment: CI=true turns every start-up problem (no Go, build failure,
+component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
+(default "default,coscheduling,volcano"), TFOP_E2E_GPU_NODES (4),
+TFOP_E2E_GPUS_PER_NODE (1) shape the session cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from e2e import build
+from e2e.cluster import ALL_SCHEDULERS, Cluster
+
+_session_cluster: Cluster | None = None
+_session_error: str | None = None
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _session_cluster
+    if _session_cluster is not None:
+        _session_cluster.down()
+        _session_cluster = None
+
+
+def _get_cluster(tmp_dir) -> Cluster:
+    """One cluster per session, even if these fixtures are registered twice
+    (plugin + a conftest importing them)."""
+    global _session_cluster, _session_error
+    if _session_cluster is not None:
+        return _session_cluster
+    if _session_error is not None:  # don't retry a failed start for every test
+        pytest.fail(_session_error, pytest_trace=False)
+    schedulers = os.environ.get("TFOP_E2E_SCHEDULERS", ",".join(ALL_SCHEDULERS)).split(",")
+    comps = ["kubernetes", "etcd", "kwok"]
+    comps += ["scheduler-plugins"] if "coscheduling" in schedulers else []
+    comps += ["volcano"] if "volcano" in schedulers else []
+    if build.go_exe() is None and not all(build.is_built(c) for c in comps):
+        msg = "Go toolchain not found and e2e binaries not built: cannot run real-cluster tests"
+        if _in_ci():
+            pytest.fail(msg, pytest_trace=False)
+        pytest.skip(msg + " (install Go, then `python -m e2e.build`)")
+    try:
+        _session_cluster = Cluster.up(
+            tmp_dir, schedulers=[s for s in schedulers if s],
+            gpu_nodes=int(os.environ.get("TFOP_E2E_GPU_NODES", "4")),
+            gpus_per_node=int(os.environ.get("TFOP_E2E_GPUS_PER_NODE", "1")))
+    except Exception as e:  # a failure, in CI and outside: the harness is broken
+        _session_error = f"e2e cluster failed to start: {e}"
+        pytest.fail(_session_error, pytest_trace=False)
+    return _session_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Cluster:
+    return _get_cluster(tmp_path_factory.mktemp("e2e-cluster"))
+
+
+class Kubectl:
+    """`kubectl(*args)` -> CompletedProcess (raises on failure unless check=False);
+    `kubectl.json(*args)` -> parsed `-o json` output."""
+
+    def __init__(self, cluster: Cluster, namespace: str | None = None):
+        self.cluster, self.namespace = cluster, namespace
+
+    def __call__(self, *args: str, input: str | None = None, check: bool = True,
+                 timeout: float = 60) -> subprocess.CompletedProcess:
+        ns = ["-n", self.namespace] if self.namespace else []
+        return self.cluster.kubectl(*ns, *args, input=input, check=check, timeout=timeout)
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+
+@pytest.fixture
+def kubectl(cluster) -> Kubectl:
+    return Kubectl(cluster)
+
+
+@pytest.fixture
+def namespace(cluster, request) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    # Pods are rejected until the ServiceAccount controller made `default`.
+    deadline = time.monotonic() + 30
+    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail(f"no default ServiceAccount in {name}:\n{cluster.logs_tail('kube-controller-manager')}")
+        time.sleep(0.2)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,4 @@
+# Make the e2e fixtures available when e2e/tests is run on its own; a
+# top-level conftest may also load e2e.pytest_plugin (the session cluster is
+# shared either way).
+from e2e.pytest_plugin import cluster, kubectl, namespace, pytest_configure, pytest_sessionfinish  # noqa: F401
