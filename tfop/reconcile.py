@@ -201,6 +201,7 @@ class _Reconcile:
         if desired is not None:
             if self.obs.group is None:
                 self.plan.create_group = desired
+                self.created.insert(0, f"{desired['kind'].lower()} {desired['metadata']['name']}")
             else:
                 change = backend.group_changes(self.obs.group, desired)
                 if change:
