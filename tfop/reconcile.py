@@ -135,8 +135,9 @@ class _Reconcile:
     def suspend(self) -> None:
         for pod in self.obs.pods:
             self.delete_pod(pod, with_service=True)
-        if self.obs.group is not None and self.ctx.backend:
-            self.plan.delete.append(Ref.of(self.obs.group, self.ctx.backend.group_resource.plural))
+        group = self.obs.group
+        if group is not None and not group["metadata"].get("deletionTimestamp") and self.ctx.backend:
+            self.plan.delete.append(Ref.of(group, self.ctx.backend.group_resource.plural))
         if not S.is_true(self.conditions, S.SUSPENDED):
             self.condition(S.RUNNING, False, S.REASON[S.SUSPENDED], f"TFJob {self.id} is suspended.")
             self.condition(S.SUSPENDED, True, S.REASON[S.SUSPENDED], f"TFJob {self.id} is suspended.")
