@@ -1,0 +1,432 @@
+"""reconcile() with gang backends: group first, admission, finish/suspend, gang restart, timeouts."""
+import pytest
+
+from core_fixtures import (
+    NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, observed, pod,
+    pod_template, refs, rspec, run, running_status, service, tfjob, with_status,
+)
+from tfop import status as S
+from tfop.children import PodOptions
+from tfop.gang.registry import load_backend
+from tfop.plan import Event
+from tfop.reconcile import Observed
+
+BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator"]
+GROUP = {
+    "volcano": ("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups",
+                {"minMember": 3, "minTaskMember": {"ps": 1, "worker": 2}, "queue": "default"}),
+    "scheduler-plugins": ("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", {"minMember": 3}),
+    "kube-arbitrator": ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets",
+                        {"minAvailable": 3, "selector": {"matchLabels": {"training.kubeflow.org/job-name": "tf-job"}}}),
+}
+SCHEDULER = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler",
+             "kube-arbitrator": "kube-batchd"}
+MARKINGS = {  # (labels, annotations) each pod gets from the backend, besides the generation annotation
+    "volcano": ({}, {"scheduling.k8s.io/group-name": "tf-job", "volcano.sh/task-spec": "worker"}),
+    "scheduler-plugins": ({"scheduling.x-k8s.io/pod-group": "tf-job"}, {}),
+    "kube-arbitrator": ({}, {}),
+}
+SERVICES = ["Service/tf-job-ps-0", "Service/tf-job-worker-0", "Service/tf-job-worker-1"]
+PODS = ["Pod/tf-job-ps-0", "Pod/tf-job-worker-0", "Pod/tf-job-worker-1"]
+
+
+def ctx(name, **settings):
+    backend, _ = load_backend(name)
+    return context(backend=backend, enable_gang_scheduling=True, gang_scheduler_name=name, **settings)
+
+
+def gang_job(replicas=None, annotations=None, **run_policy):
+    return model(tfjob(replicas or {"PS": 1, "Worker": rspec(replicas=2, restart_policy="ExitCode")},
+                       annotations=annotations, runPolicy=run_policy or None))
+
+
+def group_of(plan_group, phase=None, conditions=None, deleting=False):
+    g = {**plan_group, "metadata": {**plan_group["metadata"], "uid": "uid-group"}}
+    status = {}
+    if phase:
+        status["phase"] = phase
+    if conditions:
+        status["conditions"] = conditions
+    if status:
+        g["status"] = status
+    if deleting:
+        g["metadata"]["deletionTimestamp"] = ago(1)
+    return g
+
+
+def desired_group(name, job=None):
+    job = job or gang_job()
+    return run(job, ctx=ctx(name)).create_group
+
+
+def gang_pod(job, rtype, index, name="volcano", generation=0, **state):
+    backend, _ = load_backend(name)
+    from tfop.gang.shape import compute_shape
+    shape = compute_shape(job, {})
+    options = PodOptions(scheduler_name=backend.scheduler_name, markings=backend.pod_markings(
+        job, job.replica(rtype), index, shape), extra_annotations={"tfop.kubeflow.org/gang-generation": str(generation)})
+    return pod(job, rtype, index, options=options, **state)
+
+
+def gang_pods(job, name="volcano", phase="Running", **overrides):
+    out = []
+    for r in job.replicas:
+        for i in range(r.replicas):
+            key = f"{r.lower}_{i}"
+            if key in overrides and overrides[key] is None:
+                continue
+            out.append(gang_pod(job, r.type, i, name, **{"phase": phase, **overrides.get(key, {})}))
+    return out
+
+
+# -- the group object first --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", BACKENDS)
+def test_group_created_first(name):
+    plan = run(gang_job(), ctx=ctx(name))
+    api_version, kind, _, spec = GROUP[name]
+    g = plan.create_group
+    assert (g["apiVersion"], g["kind"], g["metadata"]["name"], g["metadata"]["namespace"]) == (
+        api_version, kind, "tf-job", "ml")
+    assert g["spec"] == spec
+    assert g["metadata"]["ownerReferences"][0]["uid"] == gang_job().uid
+    pods = [] if name == "volcano" else PODS  # Volcano: pods only once the group is admitted
+    assert names(plan.create) == SERVICES + pods
+    assert plan.events[0].reason == "SuccessfulCreate"
+    assert plan.events[0].message.startswith(f"created {kind.lower()} tf-job, service tf-job-ps-0")
+    for p in plan.create[3:]:
+        labels, annotations = MARKINGS[name]
+        assert p["spec"]["schedulerName"] == SCHEDULER[name]
+        assert labels.items() <= p["metadata"]["labels"].items()
+        if p["metadata"]["name"].startswith("tf-job-worker"):
+            assert annotations.items() <= p["metadata"]["annotations"].items()
+        assert p["metadata"]["annotations"]["tfop.kubeflow.org/gang-generation"] == "0"
+
+
+# (group phase, pods created?)
+VOLCANO_PHASES = [(None, False), ("", False), ("Pending", False), ("Inqueue", True), ("Running", True)]
+
+
+@pytest.mark.parametrize("phase,admitted", VOLCANO_PHASES)
+def test_volcano_pods_only_after_pending(phase, admitted):
+    job = gang_job()
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(5))
+    group = None if phase is None else group_of(desired_group("volcano"), phase=phase or None)
+    plan = run(job, Observed(services=all_services(job), group=group), ctx=ctx("volcano"))
+    assert names(plan.create) == (PODS if admitted else [])
+    assert (plan.create_group is not None) == (phase is None)
+    assert plan.status["gang"]["backend"] == "volcano"
+    assert plan.status["gang"]["reason"] == ("Pending" if admitted else "PodGroupPending")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_group_not_recreated_or_patched_when_unchanged(name):
+    job = with_status(gang_job(), **running_status())
+    group = group_of(desired_group(name), phase="Running")
+    plan = run(job, Observed(pods=gang_pods(job, name), services=all_services(job), group=group), ctx=ctx(name))
+    assert plan.create_group is None and plan.patch == [] and plan.create == [] and plan.delete == []
+
+
+def test_group_patched_when_the_job_changes():
+    job = with_status(gang_job(), **running_status())
+    group = group_of(desired_group("volcano"), phase="Running")
+    bigger = with_status(gang_job(minAvailable=2) if False else model(tfjob(
+        {"PS": 1, "Worker": rspec(replicas=3, restart_policy="ExitCode")})), **running_status())
+    plan = run(bigger, Observed(pods=gang_pods(job), services=all_services(job), group=group), ctx=ctx("volcano"))
+    assert [(r.name, body) for r, body in plan.patch] == [
+        ("tf-job", {"spec": {"minMember": 4, "minTaskMember": {"ps": 1, "worker": 3}}})]
+
+
+# -- finished and suspended: the group goes, and never comes back (#1011) -----------------------------------
+@pytest.mark.parametrize("name", BACKENDS)
+def test_group_deleted_when_job_succeeds_and_not_recreated(name):
+    job = with_status(gang_job(), **running_status())
+    group = group_of(desired_group(name), phase="Running")
+    _, kind, plural, _ = GROUP[name]
+    obs = Observed(pods=gang_pods(job, name, worker_0=dict(phase="Succeeded", exit_code=0)),
+                   services=all_services(job), group=group)
+    plan = run(job, obs, ctx=ctx(name))
+    assert last_condition(plan.status)["type"] == "Succeeded"
+    assert refs(plan) == [f"{kind}/tf-job"]
+    assert plan.delete[0].plural == plural
+    assert "gang" not in plan.status
+    finished = with_status(job, **plan.status)
+    # while the group is terminating: not deleted again
+    again = run(finished, Observed(pods=obs.pods, services=obs.services, group=group_of(group, deleting=True)),
+                ctx=ctx(name))
+    assert again.delete == [] and again.create_group is None
+    # once gone: never created again
+    gone = run(finished, Observed(pods=obs.pods, services=obs.services), ctx=ctx(name))
+    assert gone.create_group is None and gone.create == [] and gone.writes == 0
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_group_deleted_when_suspended(name):
+    job = model(tfjob({"PS": 1, "Worker": 2}, runPolicy={"suspend": True}))
+    job = with_status(job, **running_status(), gang={"backend": name, "group": "tf-job"})
+    group = group_of(desired_group(name), phase="Running")
+    _, kind, _, _ = GROUP[name]
+    plan = run(job, Observed(pods=gang_pods(job, name), services=all_services(job), group=group), ctx=ctx(name))
+    assert refs(plan)[-1] == f"{kind}/tf-job"
+    assert len(refs(plan)) == 7 and plan.create_group is None
+    assert "gang" not in plan.status
+    assert last_condition(plan.status)["type"] == "Suspended"
+    suspended = with_status(job, **plan.status)
+    assert run(suspended, Observed(), ctx=ctx(name)).create_group is None
+
+
+def test_terminating_group_of_suspended_job_not_deleted_again():
+    job = model(tfjob({"PS": 1, "Worker": 2}, runPolicy={"suspend": True}))
+    job = with_status(job, conditions=[cond(S.CREATED), cond(S.RUNNING, "False"), cond(S.SUSPENDED)])
+    group = group_of(desired_group("volcano"), phase="Running", deleting=True)
+    plan = run(job, Observed(group=group), ctx=ctx("volcano"))
+    assert plan.delete == [] and plan.events == []
+
+
+def test_failed_job_deletes_group():
+    job = gang_job()
+    job = with_status(job, **running_status())
+    group = group_of(desired_group("volcano"), phase="Running")
+    obs = Observed(pods=gang_pods(job, worker_1=dict(phase="Failed", exit_code=1)), services=all_services(job),
+                   group=group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert last_condition(plan.status)["type"] == "Failed"
+    assert refs(plan) == ["PodGroup/tf-job"]
+
+
+# -- gang restart -----------------------------------------------------------------------------------------
+def _running_gang(name="volcano", annotations=None, restart_count=None):
+    job = gang_job(annotations=annotations)
+    extra = {"restartCount": restart_count} if restart_count is not None else {}
+    job = with_status(job, **running_status(), **extra)
+    group = group_of(desired_group(name, job), phase="Running")
+    return job, group
+
+
+# (description, pod overrides making the gang break, why in the event)
+BREAK_TABLE = [
+    ("member failed with 137", {"worker_1": dict(phase="Failed", exit_code=137)},
+     "tf-job-worker-1 exited with code 137"),
+    ("member disappeared", {"worker_1": None}, "tf-job-worker-1 disappeared"),
+]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("desc,overrides,why", BREAK_TABLE, ids=[r[0] for r in BREAK_TABLE])
+def test_gang_restart(name, desc, overrides, why):
+    job, group = _running_gang(name)
+    obs = Observed(pods=gang_pods(job, name, **overrides), services=all_services(job), group=group)
+    plan = run(job, obs, ctx=ctx(name))
+    survivors = [p for p in PODS if p != "Pod/tf-job-worker-1"] if overrides["worker_1"] is None else PODS
+    assert refs(plan) == survivors
+    assert plan.create == [] and plan.create_group is None
+    assert plan.status["restartCount"] == 1
+    assert ctypes(plan.status) == [("Created", "True"), ("Restarting", "True")]
+    message = f"TFJob ml/tf-job restarts its whole gang because {why}."
+    assert last_condition(plan.status)["message"] == message
+    assert plan.events == [
+        Event("Normal", "SuccessfulDelete", "deleted " + ", ".join(p.replace("Pod/", "pod ") for p in survivors)),
+        Event("Warning", "GangRestart", message)]
+
+    # next reconcile: old pods terminating -> nothing is created
+    job = with_status(job, **plan.status)
+    terminating = [gang_pod(job, p.rsplit("-", 2)[-2].capitalize().replace("Ps", "PS"), int(p[-1]), name,
+                            deleting=True) for p in survivors]
+    plan2 = run(job, Observed(pods=terminating, services=all_services(job), group=group), ctx=ctx(name))
+    assert plan2.create == [] and plan2.delete == []
+    assert plan2.status is None or plan2.status["restartCount"] == 1
+
+    # once gone: the whole set, stamped with the new gang generation
+    job = with_status(job, **(plan2.status or job.status))
+    plan3 = run(job, Observed(services=all_services(job), group=group), ctx=ctx(name))
+    assert names(plan3.create) == PODS
+    assert {p["metadata"]["annotations"]["tfop.kubeflow.org/gang-generation"] for p in plan3.create} == {"1"}
+    assert plan3.delete == [] and plan3.create_group is None
+
+
+def test_gang_restart_counts_against_backoff_limit():
+    job = model(tfjob({"PS": 1, "Worker": rspec(replicas=2, restart_policy="ExitCode")},
+                      runPolicy={"backoffLimit": 1}))
+    job = with_status(job, **running_status(restartCount=1))
+    group = group_of(desired_group("volcano", job), phase="Running")
+    obs = Observed(pods=gang_pods(job, worker_1=dict(phase="Failed", exit_code=137)), services=all_services(job),
+                   group=group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert last_condition(plan.status)["type"] == "Failed"
+    assert [e.reason for e in plan.events][-1] == "BackoffLimitExceeded"
+    assert refs(plan) == ["Pod/tf-job-ps-0", "Pod/tf-job-worker-0", "PodGroup/tf-job"]
+
+
+# (description, annotations, settings)
+SINGLE_RESTART_TABLE = [
+    ("annotation gang-restart false", {"tfop.kubeflow.org/gang-restart": "false"}, {}),
+    ("annotation gang-restart False", {"tfop.kubeflow.org/gang-restart": "False"}, {}),
+    ("--no-gang-restart", None, {"gang_restart": False}),
+]
+
+
+@pytest.mark.parametrize("desc,annotations,settings", SINGLE_RESTART_TABLE, ids=[r[0] for r in SINGLE_RESTART_TABLE])
+def test_only_failed_pod_restarts(desc, annotations, settings):
+    job, group = _running_gang(annotations=annotations)
+    obs = Observed(pods=gang_pods(job, worker_1=dict(phase="Failed", exit_code=137)), services=all_services(job),
+                   group=group)
+    plan = run(job, obs, ctx=ctx("volcano", **settings))
+    assert refs(plan) == ["Pod/tf-job-worker-1"]
+    assert plan.status["restartCount"] == 1
+    assert [e.reason for e in plan.events] == ["SuccessfulDelete", "TFJobRestarting"]
+    assert last_condition(plan.status)["type"] == "Restarting"
+
+
+def test_disappeared_member_without_gang_restart_is_recreated():
+    job, group = _running_gang(annotations={"tfop.kubeflow.org/gang-restart": "false"})
+    obs = Observed(pods=gang_pods(job, worker_1=None), services=all_services(job), group=group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert plan.delete == []
+    assert names(plan.create) == ["Pod/tf-job-worker-1"]
+
+
+def test_missing_pod_before_running_is_not_a_lost_member():
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    group = group_of(desired_group("volcano"), phase="Inqueue")
+    obs = Observed(pods=gang_pods(job, phase="Pending", worker_1=None), services=all_services(job), group=group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert plan.delete == [] and names(plan.create) == ["Pod/tf-job-worker-1"]
+
+
+# -- scheduleTimeoutSeconds -------------------------------------------------------------------------------------
+def _waiting(name="volcano", waited=61, annotations=None, phase="Inqueue"):
+    job = gang_job(annotations=annotations, schedulingPolicy={"scheduleTimeoutSeconds": 60})
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(waited),
+                      gang={"backend": name, "group": "tf-job", "phase": phase, "reason": "Pending",
+                            "message": "3 pods pending", "since": ago(waited)})
+    group = group_of(desired_group(name, job), phase=phase)
+    obs = Observed(pods=gang_pods(job, name, phase="Pending"), services=all_services(job), group=group)
+    return job, obs
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_schedule_timeout_fails(name):
+    job, obs = _waiting(name)
+    plan = run(job, obs, ctx=ctx(name))
+    c = last_condition(plan.status)
+    assert (c["type"], c["status"]) == ("Failed", "True")
+    assert c["message"].startswith("TFJob ml/tf-job failed: the gang was not scheduled within "
+                                   "scheduleTimeoutSeconds=60: ")
+    _, kind, _, _ = GROUP[name]
+    assert refs(plan) == PODS + [f"{kind}/tf-job"]
+    assert [e.reason for e in plan.events] == ["SuccessfulDelete", "GangScheduleTimeout"]
+    assert plan.create == []
+
+
+def test_schedule_timeout_requeues_before_it():
+    job, obs = _waiting(waited=20)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert plan.requeue_after == 40
+    assert plan.delete == [] and plan.create == []
+    assert plan.status is None or plan.status["gang"]["since"] == ago(20)
+
+
+def test_schedule_timeout_requeue_annotation_recreates_pods():
+    job, obs = _waiting(annotations={"tfop.kubeflow.org/on-schedule-timeout": "Requeue"})
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert refs(plan) == PODS
+    assert plan.create == []
+    assert [e.reason for e in plan.events] == ["SuccessfulDelete", "GangRequeued"]
+    assert plan.status["gang"]["since"] == NOW_S
+    assert plan.requeue_after == 60
+    assert not S.is_finished(plan.status["conditions"])
+    # the pods are gone: created again, the gang waits afresh
+    job = with_status(job, **plan.status)
+    again = run(job, Observed(services=obs.services, group=obs.group), ctx=ctx("volcano"))
+    assert names(again.create) == PODS
+    assert again.delete == []
+
+
+def test_running_gang_has_no_timeout():
+    job, obs = _waiting()
+    obs = Observed(pods=gang_pods(job), services=obs.services, group=obs.group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert last_condition(plan.status)["type"] == "Running"
+    assert plan.status["gang"] == {"backend": "volcano", "group": "tf-job", "phase": "Inqueue"}
+
+
+# -- status.gang: why the gang waits ------------------------------------------------------------------------------
+VOLCANO_UNSCHEDULABLE = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                         "message": "3/3 tasks in gang unschedulable: pod group is not ready, 3 minAvailable"}
+POD_MESSAGE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+# (backend, group phase, group conditions, pods unschedulable?, expected status.gang)
+GANG_STATUS_TABLE = [
+    ("volcano", "Pending", [VOLCANO_UNSCHEDULABLE], False,
+     {"backend": "volcano", "group": "tf-job", "phase": "Pending", "reason": "NotEnoughResources",
+      "message": "PodGroup is Pending: 3/3 tasks in gang unschedulable: pod group is not ready, 3 minAvailable",
+      "since": NOW_S}),
+    ("volcano", "Inqueue", [], True,
+     {"backend": "volcano", "group": "tf-job", "phase": "Inqueue", "reason": "Unschedulable",
+      "message": f"PodGroup is Inqueue; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+    ("scheduler-plugins", "Pending", [], True,
+     {"backend": "scheduler-plugins", "group": "tf-job", "phase": "Pending", "reason": "Unschedulable",
+      "message": f"PodGroup is Pending; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+    ("kube-arbitrator", None, [], True,
+     {"backend": "kube-arbitrator", "group": "tf-job", "reason": "Unschedulable",
+      "message": f"3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+]
+
+
+@pytest.mark.parametrize("name,phase,conditions,unschedulable,expected", GANG_STATUS_TABLE,
+                         ids=[f"{r[0]}-{r[1]}" for r in GANG_STATUS_TABLE])
+def test_gang_status_pending_reason(name, phase, conditions, unschedulable, expected):
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    group = group_of(desired_group(name), phase=phase, conditions=conditions)
+    pods = [] if name == "volcano" and phase == "Pending" else gang_pods(
+        job, name, phase="Pending", **{k: dict(unschedulable=POD_MESSAGE if unschedulable else None)
+                                       for k in ("ps_0", "worker_0", "worker_1")})
+    plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx(name))
+    assert plan.status["gang"] == expected
+
+
+def test_gang_since_kept_while_waiting():
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(30),
+                      gang={"backend": "volcano", "group": "tf-job", "since": ago(30)})
+    group = group_of(desired_group("volcano"), phase="Pending")
+    plan = run(job, Observed(services=all_services(job), group=group), ctx=ctx("volcano"))
+    assert plan.status["gang"]["since"] == ago(30)
+
+
+# -- invalid gangs --------------------------------------------------------------------------------------------------
+def test_mixed_priorities_fail_invalid_gang():
+    job = model(tfjob({"PS": rspec(template=pod_template(priorityClassName="high")),
+                       "Worker": rspec(replicas=2, template=pod_template(priorityClassName="low"))}))
+    plan = run(job, Observed(priority_values={"high": 1000, "low": 10}), ctx=ctx("volcano"))
+    assert plan.create_group is None and plan.create == []
+    c = last_condition(plan.status)
+    assert (c["type"], c["status"]) == ("Failed", "True")
+    assert c["message"] == (
+        "the gang cannot be formed: spec.tfReplicaSpecs.Worker.template.spec.priorityClassName: pods of one gang "
+        "must share one priority, but Worker uses 'low' (10) and PS uses 'high' (1000); give every replica type "
+        "the same priorityClassName, or none")
+    assert [e.reason for e in plan.events] == ["InvalidGang"]
+    again = run(with_status(job, **plan.status), Observed(), ctx=ctx("volcano"))
+    assert again.writes == 0 and again.create_group is None
+
+
+def test_warning_shape_problems_do_not_fail():
+    job = gang_job(schedulingPolicy={"minAvailable": 10})
+    plan = run(job, ctx=ctx("scheduler-plugins"))
+    assert not S.is_finished(plan.status["conditions"])
+    assert plan.create_group["spec"]["minMember"] == 10
+
+
+def test_zero_replicas_no_group():
+    job = model(tfjob({"Worker": 0}))
+    for name in BACKENDS:
+        plan = run(job, ctx=ctx(name))
+        assert plan.create_group is None and plan.create == []
+
+
+def test_template_scheduler_name_kept_with_warning():
+    job = model(tfjob({"Worker": rspec(replicas=2, template=pod_template(schedulerName="kube-batch"))}))
+    plan = run(job, ctx=ctx("scheduler-plugins"))
+    pods = [o for o in plan.create if o["kind"] == "Pod"]
+    assert {p["spec"]["schedulerName"] for p in pods} == {"kube-batch"}
+    warnings = [e for e in plan.events if e.reason == "SchedulerNameKept"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
