@@ -45,7 +45,13 @@ def job_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
     problems = list(schema_problems(dict(obj)))
     seen = {(p.field, p.message) for p in problems}
-    for problem in normalize(obj).problems:
+    try:
+        extra = normalize(obj).problems
+    except (AttributeError, TypeError, ValueError):
+        if not problems:
+            raise
+        extra = ()  # a mistyped object the schema already reported; normalize assumes the schema's types
+    for problem in extra:
         if not any(problem.field == f for f, _ in seen):
             problems.append(problem)
     if not problems:
