@@ -180,9 +180,11 @@ def _check_template(field, template, problems) -> None:
             f"needs exactly one container named {DEFAULT_CONTAINER!r} (found {len(named)}): "
             "TF_CONFIG and the tfjob-port go to that container",
         ))
-    for i, container in enumerate(containers):
-        if not container.get("image"):
-            problems.append(Problem(f"{field}.template.spec.containers[{i}].image", "is empty: every container needs an image"))
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate((template.get("spec") or {}).get(kind) or []):
+            if not container.get("image"):
+                problems.append(Problem(f"{field}.template.spec.{kind}[{i}].image",
+                                        "is empty: every container needs an image"))
 
 
 def _run_policy(spec, version, notes, problems) -> RunPolicy:
