@@ -2,8 +2,8 @@
 import pytest
 
 from core_fixtures import (
-    NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, observed, pod,
-    pod_template, refs, rspec, run, running_status, service, tfjob, with_status,
+    NOW_S, ago, all_services, cond, context, ctypes, last_condition, model, names, pod,
+    pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
 from tfop import status as S
 from tfop.children import PodOptions
@@ -129,8 +129,8 @@ def test_group_not_recreated_or_patched_when_unchanged(name):
 def test_group_patched_when_the_job_changes():
     job = with_status(gang_job(), **running_status())
     group = group_of(desired_group("volcano"), phase="Running")
-    bigger = with_status(gang_job(minAvailable=2) if False else model(tfjob(
-        {"PS": 1, "Worker": rspec(replicas=3, restart_policy="ExitCode")})), **running_status())
+    bigger = with_status(model(tfjob({"PS": 1, "Worker": rspec(replicas=3, restart_policy="ExitCode")})),
+                         **running_status())
     plan = run(bigger, Observed(pods=gang_pods(job), services=all_services(job), group=group), ctx=ctx("volcano"))
     assert [(r.name, body) for r, body in plan.patch] == [
         ("tf-job", {"spec": {"minMember": 4, "minTaskMember": {"ps": 1, "worker": 3}}})]
@@ -229,8 +229,9 @@ def test_gang_restart(name, desc, overrides, why):
 
     # next reconcile: old pods terminating -> nothing is created
     job = with_status(job, **plan.status)
-    terminating = [gang_pod(job, p.rsplit("-", 2)[-2].capitalize().replace("Ps", "PS"), int(p[-1]), name,
-                            deleting=True) for p in survivors]
+    types = {"ps": "PS", "worker": "Worker"}
+    terminating = [gang_pod(job, types[p.split("-")[-2]], int(p.split("-")[-1]), name, deleting=True)
+                   for p in survivors]
     plan2 = run(job, Observed(pods=terminating, services=all_services(job), group=group), ctx=ctx(name))
     assert plan2.create == [] and plan2.delete == []
     assert plan2.status is None or plan2.status["restartCount"] == 1

@@ -1,10 +1,9 @@
 """reconcile(): the upstream controller cases as tables (no gang scheduling)."""
-import dataclasses
 
 import pytest
 
 from core_fixtures import (
-    NOW, NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, observed,
+    NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, observed,
     pod, pod_template, refs, rspec, run, running_status, service, tfjob, with_status,
 )
 from tfop import status as S
