@@ -431,3 +431,24 @@ def test_template_scheduler_name_kept_with_warning():
     assert {p["spec"]["schedulerName"] for p in pods} == {"kube-batch"}
     warnings = [e for e in plan.events if e.reason == "SchedulerNameKept"]
     assert len(warnings) == 1 and warnings[0].type == "Warning"
+
+
+def test_resume_creates_the_group_again():
+    job = gang_job()
+    job = with_status(job, conditions=[cond(S.CREATED), cond(S.RUNNING, "False", reason="TFJobSuspended"),
+                                       cond(S.SUSPENDED)], startTime=ago(600))
+    plan = run(job, Observed(), ctx=ctx("volcano"))
+    assert plan.create_group["kind"] == "PodGroup"
+    assert names(plan.create) == SERVICES  # pods once Volcano admits the group
+    assert last_condition(plan.status)["reason"] == "TFJobResumed"
+    assert plan.status["gang"]["since"] == NOW_S
+
+
+def test_deadline_exceeded_deletes_group_and_pods():
+    job = gang_job(activeDeadlineSeconds=30)
+    job = with_status(job, **running_status(start=ago(31)))
+    group = group_of(desired_group("volcano"), phase="Running")
+    plan = run(job, Observed(pods=gang_pods(job), services=all_services(job), group=group), ctx=ctx("volcano"))
+    assert last_condition(plan.status)["type"] == "Failed"
+    assert refs(plan) == ["Pod/tf-job-ps-0", "Pod/tf-job-worker-0", "Pod/tf-job-worker-1", "PodGroup/tf-job"]
+    assert plan.create_group is None
