@@ -157,9 +157,9 @@ class _Reconcile:
         if gang is None:  # the gang itself failed (invalid shape or schedule timeout)
             return self.finish()
         shape, state = gang
-        self.ensure_services()
         if not self.handle_failures(shape):
             return self.finish()
+        self.ensure_services()
         if state.admitted:
             self.create_missing_pods(shape)
         self.scale_down()
