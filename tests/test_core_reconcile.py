@@ -477,8 +477,15 @@ def test_one_event_per_reconcile_that_changed_something():
     obs = Observed(pods=[pod(job, "Worker", 0), pod(job, "Worker", 2, phase="Failed", exit_code=1)],
                    services=[service(job, "Worker", 0), service(job, "Worker", 1)])
     plan = run(job, obs)
+    assert last_condition(plan.status)["type"] == "Failed"
+    assert plan.create == []  # nothing is created in the pass that fails the job
+    assert [e.reason for e in plan.events] == ["TFJobFailed"]
+    # a pass that creates and deletes: one Event naming both
+    job = with_status(model(tfjob({"Worker": 2, "PS": 1})), **running_status())
+    four = model(tfjob({"Worker": 4}))
+    plan = run(job, Observed(pods=all_pods(four), services=all_services(four)))
     lifecycle = [e for e in plan.events if e.reason in ("SuccessfulCreate", "SuccessfulDelete", "Reconciled")]
-    assert len(lifecycle) <= 1
+    assert len(lifecycle) == 1 and len(plan.create) == 2 and len(plan.delete) == 4
 
 
 def test_created_and_deleted_in_one_event():
