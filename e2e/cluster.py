@@ -367,10 +367,27 @@ class Cluster:
             "--listen-address", f"127.0.0.1:{p['volcano_metrics']}",
             "--enable-healthz", "--healthz-address", f"127.0.0.1:{p['volcano_healthz']}"])
         self._wait_http("volcano-scheduler", f"http://127.0.0.1:{p['volcano_healthz']}/healthz", timeout)
-        # Volcano creates its `default` queue itself once its cache syncs.
-        self._wait("volcano default queue", lambda: self.kubectl(
-            "get", "queues.scheduling.volcano.sh", "default", check=False).returncode == 0,
-            timeout, "volcano-scheduler")
+        # Volcano creates its `default` and `root` queues itself once its cache syncs.
+        for q in ("root", "default"):
+            self._wait(f"volcano queue {q}", lambda q=q: self.kubectl(
+                "get", "queues.scheduling.volcano.sh", q, check=False).returncode == 0,
+                timeout, "volcano-scheduler")
+            self.open_volcano_queue(q)
+
+    def open_volcano_queue(self, name: str) -> None:
+        """Mark a Volcano Queue Open. vc-controller-manager normally does this;
+        we don't run it, and the scheduler allocates nothing in a queue whose
+        status.state is not Open."""
+        self.kubectl("patch", "queues.scheduling.volcano.sh", name, "--subresource=status",
+                     "--type=merge", "-p", '{"status":{"state":"Open"}}')
+
+    def create_volcano_queue(self, name: str, weight: int = 1, capability: dict | None = None) -> None:
+        spec: dict = {"weight": weight, "reclaimable": True}
+        if capability:
+            spec["capability"] = capability
+        self.apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                    "metadata": {"name": name}, "spec": spec})
+        self.open_volcano_queue(name)
 
     def _install_crds(self, files: list[Path], timeout: float) -> None:
         for f in files:
