@@ -47,7 +47,7 @@ def is_finished(conditions: list[dict]) -> bool:
 def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str, message: str, now: datetime) -> list[dict]:
     """A new list with the condition set; unchanged (same object values) when nothing differs.
 
-    Running and Restarting replace each other; a finished job's Running turns False.
+    Running and Restarting replace each other; a finished job's Running and Restarting turn False.
     The newest condition goes last, since `kubectl get` prints the last one.
     """
     value = "True" if status else "False"
@@ -67,9 +67,10 @@ def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str,
         drop.add(RUNNING)
     result = [c for c in conditions if c.get("type") not in drop]
     if status and ctype in (SUCCEEDED, FAILED):
-        running = find(result, RUNNING)
-        if running and running.get("status") == "True":
-            result = [dict(c, status="False", lastUpdateTime=stamp, lastTransitionTime=stamp)
-                      if c is running else c for c in result]
+        # A finished job is neither running nor restarting (the SDK's is_job_restarting reads the latter).
+        ongoing = [find(result, t) for t in (RUNNING, RESTARTING)]
+        ongoing = [c for c in ongoing if c and c.get("status") == "True"]
+        result = [dict(c, status="False", lastUpdateTime=stamp, lastTransitionTime=stamp)
+                  if any(c is o for o in ongoing) else c for c in result]
     result.append(new)
     return result
