@@ -553,3 +553,10 @@ def test_success_pass_creates_nothing():
     plan = run(job, observed(job, chief_0=OK, worker_1=None))
     assert last_condition(plan.status)["type"] == "Succeeded"
     assert plan.create == []
+
+
+def test_failure_after_restart_clears_restarting():
+    job = model(tfjob({"Worker": rspec(replicas=2, restart_policy="ExitCode")}))
+    job = with_status(job, conditions=[cond(S.CREATED), cond(S.RESTARTING)], startTime=ago(60), restartCount=1)
+    plan = run(job, observed(job, worker_1=dict(phase="Failed", exit_code=1)))
+    assert ctypes(plan.status) == [("Created", "True"), ("Restarting", "False"), ("Failed", "True")]
