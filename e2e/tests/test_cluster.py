@@ -88,6 +88,19 @@ def test_volcano_runs_pod_of_podgroup(kubectl, namespace):
     wait_pod(kubectl, namespace, "v", ("Running",))
 
 
+def test_volcano_custom_queue(cluster, kubectl, namespace):
+    queue = f"q-{namespace}"[:60]
+    cluster.create_volcano_queue(queue, capability={GPU_RESOURCE: "1"})
+    try:
+        pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+              "metadata": {"name": "qg"}, "spec": {"minMember": 1, "queue": queue}}
+        create(kubectl, namespace, pg, gpu_pod("q", "volcano", annotations={"scheduling.k8s.io/group-name": "qg"}))
+        wait_pod(kubectl, namespace, "q", ("Running",))
+    finally:
+        kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s", check=False)
+        kubectl("delete", "queues.scheduling.volcano.sh", queue, check=False)
+
+
 def test_volcano_gang_too_big_stays_pending(kubectl, namespace):
     pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
           "metadata": {"name": "big"}, "spec": {"minMember": 2, "queue": "default"}}
