@@ -28,7 +28,17 @@ def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
     objects = [o for o in objects if o["kind"] != "Deployment"]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     input=yaml.safe_dump_all(objects))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/tfjobs.kubeflow.org", "--timeout=60s")
+    wait_established(cluster, "tfjobs.kubeflow.org")
+
+
+def wait_established(cluster, crd: str, timeout: float = 60) -> None:
+    # `kubectl wait` errors out at once on a CRD that has no conditions yet, so poll.
+    deadline = time.monotonic() + timeout
+    jsonpath = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    while cluster.kubectl("get", "crd", crd, "-o", jsonpath, check=False).stdout.strip() != "True":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRD {crd} not Established after {timeout}s")
+        time.sleep(0.2)
 
 
 class OperatorProcess:

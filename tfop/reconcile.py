@@ -71,8 +71,8 @@ class _Reconcile:
     def run(self, problems: Sequence[Problem], notes: Sequence[str]) -> Plan:
         if not S.find(self.conditions, S.CREATED):
             self.condition(S.CREATED, True, S.REASON[S.CREATED], f"TFJob {self.id} is created.")
-            for note in notes:
-                self.event("Normal", "SpecInterpreted", note)
+            if notes:  # one Event for all of them: Events cost API writes too
+                self.event("Normal", "SpecInterpreted", "; ".join(notes))
         if problems and not S.is_finished(self.conditions):
             message = "invalid spec: " + "; ".join(str(p) for p in problems)
             self.fail(message, reason="InvalidSpec")

@@ -48,6 +48,8 @@ def build_registry(controller_ref: list, credentials: Credentials) -> kopf.Opera
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_):
         settings.posting.enabled = False  # we post our own, fewer, Events
+        # Our namespaces are exact names and the CRD is known: no need to list namespaces or CRDs.
+        settings.scanning.disabled = True
         settings.watching.server_timeout = 290
         settings.persistence.finalizer = "tfop.kubeflow.org/finalizer"  # never added: no on.delete handlers
 
