@@ -44,7 +44,11 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "scheduler-plugins-controller": "sigs.k8s.io/scheduler-plugins/cmd/controller",
     },
     "volcano": {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler"},
+    # Optional (not built unless asked for or a cluster needs it).
+    "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
+    "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
 }
+DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano"]
 
 BINARY_COMPONENT = {b: c for c, bins in COMPONENTS.items() for b in bins}
 
@@ -165,7 +169,7 @@ def _build_locked(name: str, out: Path) -> tuple[Path, float]:
 
 def ensure(components: list[str] | None = None, force: bool = False) -> dict[str, Path]:
     """Build (sequentially: 2 cores) whatever is missing; returns bin dirs."""
-    names = components or list(COMPONENTS)
+    names = components or DEFAULT_COMPONENTS
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown:
         raise BuildError(f"unknown components {unknown}; known: {list(COMPONENTS)}")
@@ -203,8 +207,8 @@ def module_dir(component: str, module: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--components", default=",".join(COMPONENTS),
-                    help="comma-separated subset of: " + ",".join(COMPONENTS))
+    ap.add_argument("--components", default=",".join(DEFAULT_COMPONENTS),
+                    help="comma-separated, from: " + ",".join(COMPONENTS))
     ap.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = ap.parse_args(argv)
     try:

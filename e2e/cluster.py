@@ -30,12 +30,16 @@ import yaml
 
 from e2e import build, kwok_stages, pki
 
-ALL_SCHEDULERS = ("default", "coscheduling", "volcano")
+ALL_SCHEDULERS = ("default", "coscheduling", "volcano")  # the default set
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn",)  # yunikorn: optional stretch
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
 COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 VOLCANO_SCHEDULER_NAME = "volcano"
+YUNIKORN_SCHEDULER_NAME = "yunikorn"
+YUNIKORN_NAMESPACE = "yunikorn"
+YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster per machine
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.0.0.0/24"
 
@@ -62,6 +66,13 @@ class ClusterError(RuntimeError):
 def default_dir() -> Path:
     env = os.environ.get("TFOP_E2E_DIR")
     return Path(env) if env else Path(tempfile.gettempdir()) / f"tfop-e2e-{os.getuid()}"
+
+
+def components_for(schedulers) -> list[str]:
+    """Build components a cluster with these schedulers needs."""
+    comps = ["kubernetes", "etcd", "kwok"]
+    extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn"}
+    return comps + [extra[s] for s in schedulers if s in extra]
 
 
 def free_port() -> int:
@@ -123,26 +134,31 @@ class Cluster:
            stop_on_exit: bool = True, timeout: float = 120) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter."""
-        unknown = set(schedulers) - set(ALL_SCHEDULERS)
+        unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
-            raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {ALL_SCHEDULERS}")
+            raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
         c = cls(Path(dir) if dir else default_dir())
         if c.state and c.alive_components():
             raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
-        comps = ["kubernetes", "etcd", "kwok"]
-        comps += ["scheduler-plugins"] if "coscheduling" in schedulers else []
-        comps += ["volcano"] if "volcano" in schedulers else []
         if build_missing:
-            build.ensure(comps)
+            build.ensure(components_for(schedulers))
         c._stop_on_exit = stop_on_exit
         if stop_on_exit:
             atexit.register(c.down)
             _install_sigterm_handler()
-        try:
-            c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout)
-        except BaseException:
-            c.down()
-            raise
+        for attempt in (1, 2):
+            try:
+                c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout)
+                return c
+            except ClusterError as e:
+                c.down(keep_dir=True)  # keep logs/ for a post-mortem
+                # Ports are picked free but only bound later by the component:
+                # another process may grab one in between. Retry that once.
+                if attempt == 2 or "address already in use" not in str(e):
+                    raise
+            except BaseException:
+                c.down(keep_dir=True)
+                raise
         return c
 
     def down(self, keep_dir: bool = False) -> None:
@@ -314,6 +330,8 @@ class Cluster:
             self._start_coscheduling(timeout)
         if "volcano" in schedulers:
             self._start_volcano(timeout)
+        if "yunikorn" in schedulers:
+            self._start_yunikorn(timeout)
 
         if gpu_nodes:
             self.add_gpu_nodes(gpu_nodes, gpus)
@@ -374,6 +392,16 @@ class Cluster:
                 timeout, "volcano-scheduler")
             self.open_volcano_queue(q)
 
+    def _start_yunikorn(self, timeout: float) -> None:
+        # The standalone shim reads KUBECONFIG and keeps its configmaps
+        # (yunikorn-configs, optional) in $NAMESPACE.
+        self.kubectl("create", "namespace", YUNIKORN_NAMESPACE)
+        self._spawn("yunikorn-scheduler", [build.binary("yunikorn-scheduler")], env={
+            "KUBECONFIG": str(self.dir / "kubeconfigs" / "yunikorn.kubeconfig"),
+            "NAMESPACE": YUNIKORN_NAMESPACE})
+        self._wait_http("yunikorn-scheduler",
+                        f"http://127.0.0.1:{YUNIKORN_WEB_PORT}/ws/v1/scheduler/healthcheck", timeout)
+
     def open_volcano_queue(self, name: str) -> None:
         """Mark a Volcano Queue Open. vc-controller-manager normally does this;
         we don't run it, and the scheduler allocates nothing in a queue whose
@@ -416,6 +444,7 @@ class Cluster:
             "kwok": "/O=system:masters/CN=tfop-e2e-kwok",
             "scheduler-plugins": "/O=system:masters/CN=tfop-e2e-scheduler-plugins",
             "volcano": "/O=system:masters/CN=tfop-e2e-volcano",
+            "yunikorn": "/O=system:masters/CN=tfop-e2e-yunikorn",
         }
         for name, subj in idents.items():
             pki.make_cert(d, name, subj)
@@ -538,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None, help="state dir (default $TFOP_E2E_DIR or /tmp/tfop-e2e-UID)")
     ap.add_argument("--gpu-nodes", type=int, default=4)
     ap.add_argument("--gpus-per-node", type=int, default=1)
-    ap.add_argument("--schedulers", default=",".join(ALL_SCHEDULERS))
+    ap.add_argument("--schedulers", default=",".join(ALL_SCHEDULERS),
+                    help="comma-separated, from: " + ",".join(KNOWN_SCHEDULERS))
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args(argv)
     d = Path(a.dir) if a.dir else default_dir()

@@ -25,7 +25,7 @@ import uuid
 import pytest
 
 from e2e import build
-from e2e.cluster import ALL_SCHEDULERS, Cluster
+from e2e.cluster import ALL_SCHEDULERS, Cluster, components_for
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None
@@ -55,10 +55,7 @@ def _get_cluster(tmp_dir) -> Cluster:
     if _session_error is not None:  # don't retry a failed start for every test
         pytest.fail(_session_error, pytest_trace=False)
     schedulers = os.environ.get("TFOP_E2E_SCHEDULERS", ",".join(ALL_SCHEDULERS)).split(",")
-    comps = ["kubernetes", "etcd", "kwok"]
-    comps += ["scheduler-plugins"] if "coscheduling" in schedulers else []
-    comps += ["volcano"] if "volcano" in schedulers else []
-    if build.go_exe() is None and not all(build.is_built(c) for c in comps):
+    if build.go_exe() is None and not all(build.is_built(c) for c in components_for(schedulers)):
         msg = "Go toolchain not found and e2e binaries not built: cannot run real-cluster tests"
         if _in_ci():
             pytest.fail(msg, pytest_trace=False)
