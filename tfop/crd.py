@@ -176,7 +176,6 @@ def _problems_of(error) -> list[Problem]:
 
 # ------------------------------------------------------------ CEL rules in Python
 _NAME_RE = re.compile(crdgen.NAME_PATTERN)
-_CHIEFS = {"chief", "master"}
 
 
 def _dict(v):
@@ -200,22 +199,19 @@ def rule_problems(obj: dict) -> list[Problem]:
     base = "spec.tfReplicaSpecs"
     if not specs:
         problems.append(Problem(base, crdgen.MSG_EMPTY))
-    lower = [k.lower() for k in specs]
-    for key in specs:
-        if key.lower() not in crdgen.KNOWN_TYPES_LOWER:
+    for key in specs:  # the CRD keeps undeclared keys, and a rule rejects them
+        if key not in crdgen.REPLICA_KEYS:
             problems.append(Problem(f"{base}.{key}", crdgen.MSG_UNKNOWN))
-    if len(set(lower)) != len(lower):
+    if any(t in specs and t.lower() in specs for t in crdgen.REPLICA_TYPES):
         problems.append(Problem(base, crdgen.MSG_DUPLICATE))
-    if sum(k in _CHIEFS for k in lower) > 1:
+    if sum(k in specs for k in crdgen.CHIEF_KEYS) > 1:
         problems.append(Problem(base, crdgen.MSG_ONE_CHIEF))
-    for key, spec in specs.items():
-        replicas = _int(_dict(spec).get("replicas"))
-        if replicas is None or replicas <= 1:
-            continue
-        if key.lower() in _CHIEFS:
-            problems.append(Problem(f"{base}.{key}.replicas", crdgen.MSG_CHIEF_REPLICAS))
-        elif key.lower() == "evaluator":
-            problems.append(Problem(f"{base}.{key}.replicas", crdgen.MSG_EVALUATOR_REPLICAS))
+    for keys, message in ((crdgen.CHIEF_KEYS, crdgen.MSG_CHIEF_REPLICAS),
+                          (crdgen.EVALUATOR_KEYS, crdgen.MSG_EVALUATOR_REPLICAS)):
+        for key in keys:
+            replicas = _int(_dict(specs.get(key)).get("replicas"))
+            if replicas is not None and replicas > 1:
+                problems.append(Problem(f"{base}.{key}.replicas", message))
     return problems
 
 

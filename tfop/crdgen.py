@@ -22,7 +22,7 @@ STORAGE_VERSION = "v1"
 VERSIONS = ["v1", "v1beta1", "v1alpha2"]  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
 REPLICA_TYPES = ["Chief", "Master", "PS", "Worker", "Evaluator"]
-MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # bounds CEL cost over the map
+MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # one spec per type at most
 OUTPUT = Path(__file__).resolve().parent.parent / "crds" / f"{GROUP}_{PLURAL}.yaml"
 
 _DEFS_PREFIX = "io.k8s.apimachinery.pkg"
@@ -40,11 +40,24 @@ _MAP_KEY_DEFAULTS = {"protocol": "TCP"}
 # ---------------------------------------------------------------- CEL rules
 # (rule, message, fieldPath or None). tfop.crd re-implements each in Python
 # and reuses the messages, so both paths report the same words.
+#
+# spec.tfReplicaSpecs is an object, not a map, so that `kubectl explain` can
+# step into spec.tfReplicaSpecs.Worker. It declares each replica type as
+# written (Worker) and in lower case (worker), the two spellings in use; it
+# keeps unknown keys (x-kubernetes-preserve-unknown-fields) so that a
+# misspelt type is rejected by a rule rather than silently pruned. CEL cannot
+# see unknown keys of an object (its declared type has only the declared
+# properties), but size() of the object counts every key: so "every key is
+# declared" is "size equals the number of declared keys present".
 KNOWN_TYPES_LOWER = [t.lower() for t in REPLICA_TYPES]
+REPLICA_KEYS = REPLICA_TYPES + KNOWN_TYPES_LOWER  # the declared spellings
+CHIEF_KEYS = ["Chief", "chief", "Master", "master"]
+EVALUATOR_KEYS = ["Evaluator", "evaluator"]
 MSG_EMPTY = ("spec.tfReplicaSpecs must not be empty: add at least one replica type "
              "(Chief, Master, PS, Worker or Evaluator)")
 MSG_UNKNOWN = ("spec.tfReplicaSpecs keys must be replica types Chief, Master, PS, Worker "
-               "or Evaluator (any case); rename or remove the others")
+               "or Evaluator, spelt so or in lower case (chief, master, ps, worker, "
+               "evaluator); rename or remove the others")
 MSG_DUPLICATE = ("spec.tfReplicaSpecs lists a replica type twice in different case "
                  "(e.g. Worker and worker); keep one")
 MSG_ONE_CHIEF = "spec.tfReplicaSpecs may have only one Chief or Master; remove the other"
@@ -55,17 +68,23 @@ MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lower-case lette
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX = 63
 
-_IN = lambda names: "[" + ", ".join(f"'{n}'" for n in names) + "]"  # noqa: E731
-REPLICA_SPEC_RULES = [
-    ("size(self) > 0", MSG_EMPTY),
-    (f"self.all(k, k.lowerAscii() in {_IN(KNOWN_TYPES_LOWER)})", MSG_UNKNOWN),
-    ("self.all(k, self.filter(j, j.lowerAscii() == k.lowerAscii()).size() == 1)", MSG_DUPLICATE),
-    ("self.filter(k, k.lowerAscii() in ['chief', 'master']).size() <= 1", MSG_ONE_CHIEF),
-    ("self.all(k, !(k.lowerAscii() in ['chief', 'master']) || !has(self[k].replicas)"
-     " || self[k].replicas <= 1)", MSG_CHIEF_REPLICAS),
-    ("self.all(k, k.lowerAscii() != 'evaluator' || !has(self[k].replicas)"
-     " || self[k].replicas <= 1)", MSG_EVALUATOR_REPLICAS),
+
+def _present(keys):
+    """CEL: how many of these declared keys self has."""
+    return "[" + ", ".join(f"has(self.{k})" for k in keys) + "].filter(x, x).size()"
+
+
+REPLICA_SPEC_RULES = [  # on spec.tfReplicaSpecs
+    ("size(dyn(self)) > 0", MSG_EMPTY),
+    (f"size(dyn(self)) == {_present(REPLICA_KEYS)}", MSG_UNKNOWN),
+    (" && ".join(f"!(has(self.{t}) && has(self.{t.lower()}))" for t in REPLICA_TYPES),
+     MSG_DUPLICATE),
+    (f"{_present(CHIEF_KEYS)} <= 1", MSG_ONE_CHIEF),
 ]
+# on the replica spec of each of CHIEF_KEYS / EVALUATOR_KEYS
+CHIEF_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_CHIEF_REPLICAS, ".replicas")]
+EVALUATOR_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_EVALUATOR_REPLICAS,
+                    ".replicas")]
 ROOT_RULES = [
     (f"!has(self.metadata.name) || (size(self.metadata.name) <= {NAME_MAX}"
      f" && self.metadata.name.matches('{NAME_PATTERN}'))", MSG_NAME, ".metadata.name"),
@@ -239,8 +258,8 @@ def _scheduling_policy():
         }})
 
 
-def _replica_spec(template):
-    return _d("Pods of one replica type.", {
+def _replica_spec(template, rules=(), description="Pods of one replica type."):
+    spec = _d(description, {
         "type": "object",
         "properties": {
             "replicas": _int32("Number of pods of this type. Unset means 1 (applied by the "
@@ -252,6 +271,45 @@ def _replica_spec(template):
                                   enum=RESTART_POLICIES),
             "template": template,
         }})
+    if rules:
+        spec["x-kubernetes-validations"] = _rules(rules)
+    return spec
+
+
+def _replica_specs(template) -> dict:
+    """spec.tfReplicaSpecs: one property per declared spelling (see REPLICA_KEYS).
+
+    Only Worker's pod template carries the Kubernetes field descriptions (they
+    are ~235 KB a copy): the other types have the same structure undescribed.
+    The lower-case spellings are checked for replicas and restartPolicy; their
+    template is kept as written (the operator reads it like the canonical one).
+    """
+    undescribed = strip_descriptions(template)
+    undescribed["description"] = (
+        template["description"] + " Same fields as Worker's template; for their "
+        "descriptions see `kubectl explain tfjob.spec.tfReplicaSpecs.Worker.template`.")
+    rules = {k: CHIEF_RULES for k in CHIEF_KEYS} | {k: EVALUATOR_RULES for k in EVALUATOR_KEYS}
+    properties = {}
+    for rtype in REPLICA_TYPES:
+        properties[rtype] = _replica_spec(
+            template if rtype == "Worker" else undescribed, rules.get(rtype, ()),
+            f"Pods of replica type {rtype}.")
+    for rtype in REPLICA_TYPES:
+        loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                 "description": f"Pod template, as in {rtype}.template (kept as written, "
+                                "not checked here)."}
+        properties[rtype.lower()] = _replica_spec(
+            loose, rules.get(rtype.lower(), ()),
+            f"{rtype} spelt in lower case; the operator reads it as {rtype}. "
+            f"Prefer {rtype}: only that spelling's pod template is checked on admission.")
+    return _d("Replica types of the job: Chief, Master, PS, Worker and Evaluator, each "
+              "spelt so or in lower case.", {
+                  "type": "object",
+                  "maxProperties": MAX_REPLICA_TYPES,
+                  "properties": properties,
+                  # misspelt keys are kept so that a rule rejects them, not pruned in silence
+                  "x-kubernetes-preserve-unknown-fields": True,
+                  "x-kubernetes-validations": _rules(REPLICA_SPEC_RULES)})
 
 
 def _replica_statuses(description):
@@ -297,13 +355,7 @@ def tfjob_schema(conv: _Converter) -> dict:
         "type": "object",
         "required": ["tfReplicaSpecs"],
         "properties": {
-            "tfReplicaSpecs": _d(
-                "Replica types of the job, keyed by Chief, Master, PS, Worker or Evaluator "
-                "(any case).", {
-                    "type": "object",
-                    "maxProperties": MAX_REPLICA_TYPES,
-                    "additionalProperties": _replica_spec(template),
-                    "x-kubernetes-validations": _rules(REPLICA_SPEC_RULES)}),
+            "tfReplicaSpecs": _replica_specs(template),
             "runPolicy": _d("Clean-up, limits and scheduling of the job.", {
                 "type": "object",
                 "properties": {
