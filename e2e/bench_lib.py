@@ -1,0 +1,303 @@
+"""Pieces of e2e/bench.py: an admin asyncio client, apiserver request counters,
+a pod watcher recording Running times, the submitters, and the operators under
+test (tfop as its ServiceAccount, the upstream training-operator binary).
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfop.model import LABEL_JOB
+from tfop.operator.kube import ApiError, Credentials, KubeClient
+
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
+# (group, resource, subresource) an operator of TFJobs writes. Everything else
+# the apiserver counts (pods/binding from the scheduler, pods/status from kwok,
+# podgroups/status from Volcano, endpointslices, leases, events.k8s.io from the
+# scheduler) is other components' work and is reported apart as "other".
+OPERATOR_KEYS = {
+    ("", "pods", ""), ("", "services", ""), ("", "events", ""),
+    ("kubeflow.org", "tfjobs", ""), ("kubeflow.org", "tfjobs", "status"),
+    ("scheduling.volcano.sh", "podgroups", ""), ("scheduling.x-k8s.io", "podgroups", ""),
+}
+_LINE = re.compile(r'^apiserver_request_total\{(.*)\} ([0-9.e+]+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_request_totals(text: str) -> Counter:
+    """apiserver_request_total -> Counter[(verb, group, resource, subresource, code)]."""
+    out: Counter = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(1)))
+        key = (labels.get("verb", ""), labels.get("group", ""), labels.get("resource", ""),
+               labels.get("subresource", ""), labels.get("code", ""))
+        out[key] += int(float(m.group(2)))
+    return out
+
+
+def resource_name(group: str, resource: str, sub: str) -> str:
+    return resource + (f"/{sub}" if sub else "")
+
+
+def operator_requests(delta: Counter, writes_only: bool = True) -> Counter:
+    """Counter[(verb, resource[/sub])] of the keys an operator of TFJobs touches."""
+    out: Counter = Counter()
+    for (verb, group, resource, sub, _code), n in delta.items():
+        if (group, resource, sub) in OPERATOR_KEYS and (verb in WRITE_VERBS or not writes_only) and n:
+            out[(verb, resource_name(group, resource, sub))] += n
+    return out
+
+
+def other_writes(delta: Counter) -> Counter:
+    out: Counter = Counter()
+    for (verb, group, resource, sub, _code), n in delta.items():
+        if (group, resource, sub) not in OPERATOR_KEYS and verb in WRITE_VERBS and n:
+            out[(verb, resource_name(group, resource, sub))] += n
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Admin:
+    """Admin (system:masters) asyncio client for the benchmark's own calls."""
+
+    def __init__(self, kubeconfig: Path, connections: int = 128):
+        self.client = KubeClient(Credentials.load(str(kubeconfig)), max_connections=connections)
+
+    async def __aenter__(self) -> "Admin":
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.client.__aexit__(*exc)
+
+    async def metrics(self) -> Counter:
+        return parse_request_totals(await self.client.request("GET", "/metrics", timeout=60))
+
+    async def wait_idle(self, quiet: float = 2.0, timeout: float = 120.0, poll: float = 0.5,
+                        since: float | None = None) -> tuple[float, Counter, bool]:
+        """Wait until the operator keys (all verbs but WATCH) stop changing for
+        `quiet` seconds. Returns (monotonic time of the last change, counters, idle?)."""
+        start = time.monotonic()
+        last_change = since if since is not None else start
+        prev = await self.metrics()
+        sig = _activity(prev)
+        while True:
+            await asyncio.sleep(poll)
+            cur = await self.metrics()
+            now = time.monotonic()
+            s = _activity(cur)
+            if s != sig:
+                sig, last_change = s, now
+            if now - last_change >= quiet:
+                return last_change, cur, True
+            if now - start > timeout:
+                return last_change, cur, False
+
+
+def _activity(c: Counter) -> tuple:
+    return tuple(sorted((k, v) for k, v in c.items()
+                        if (k[1], k[2], k[3]) in OPERATOR_KEYS and k[0] != "WATCH"))
+
+
+# -- pod watcher ------------------------------------------------------------------------------
+
+@dataclass
+class PodClock:
+    """Watches the pods of one namespace and records when each first ran."""
+    client: KubeClient
+    namespace: str
+    expected: int
+    running: dict = field(default_factory=dict)  # pod name -> (job, monotonic time)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _see(self, pod: dict) -> None:
+        meta = pod.get("metadata") or {}
+        name = meta.get("name")
+        if name in self.running or (pod.get("status") or {}).get("phase") != "Running":
+            return
+        self.running[name] = ((meta.get("labels") or {}).get(LABEL_JOB, ""), time.monotonic())
+        if len(self.running) >= self.expected:
+            self.done.set()
+
+    async def run(self) -> None:
+        listing = await self.client.list("v1", "pods", self.namespace)
+        for pod in listing.get("items") or []:
+            self._see(pod)
+        version = listing["metadata"]["resourceVersion"]
+        self.ready.set()
+        while not self.done.is_set():
+            try:
+                async for ev in self.client.watch("v1", "pods", self.namespace, version, timeout_seconds=120):
+                    obj = ev.get("object") or {}
+                    if ev.get("type") == "ERROR":
+                        raise ApiError(410, obj, "WATCH", "pods")
+                    version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                    if ev.get("type") in ("ADDED", "MODIFIED"):
+                        self._see(obj)
+                    if self.done.is_set():
+                        return
+            except ApiError:
+                listing = await self.client.list("v1", "pods", self.namespace)
+                for pod in listing.get("items") or []:
+                    self._see(pod)
+                version = listing["metadata"]["resourceVersion"]
+
+
+# -- submitters -------------------------------------------------------------------------------
+
+async def submit_tfjobs(client: KubeClient, jobs: list[dict]) -> dict[str, float]:
+    """Create every TFJob at once; returns job name -> monotonic time its POST was sent."""
+    sent: dict[str, float] = {}
+
+    async def one(job: dict) -> None:
+        sent[job["metadata"]["name"]] = time.monotonic()
+        await client.create(job, "tfjobs")
+
+    await asyncio.gather(*(one(j) for j in jobs))
+    return sent
+
+
+async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]]) -> dict[str, float]:
+    """The raw client: per job, the group object first, then its pods and services together;
+    all jobs at once."""
+    plural = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
+    sent: dict[str, float] = {}
+
+    async def one(name: str, objects: list[dict]) -> None:
+        sent[name] = time.monotonic()
+        groups = [o for o in objects if o["kind"] == "PodGroup"]
+        for g in groups:
+            await client.create(g, "podgroups")
+        await asyncio.gather(*(client.create(o, plural[o["kind"]]) for o in objects if o["kind"] != "PodGroup"))
+
+    await asyncio.gather(*(one(n, objs) for n, objs in rendered.items()))
+    return sent
+
+
+def strip_owner(obj: dict) -> dict:
+    """Rendered children point at a TFJob uid that the raw row never creates."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"].pop("ownerReferences", None)
+    obj.pop("status", None)
+    return obj
+
+
+# -- the operators under test -----------------------------------------------------------------
+
+def proc_stats(pid: int) -> dict:
+    """CPU seconds (user+system) and peak RSS (VmHWM) of a live process."""
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        t = p.cpu_times()
+        cpu = t.user + t.system
+    except Exception:  # noqa: BLE001 - psutil missing: /proc
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    hwm = rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+        elif line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return {"cpu_s": cpu, "peak_rss": hwm, "rss": rss}
+
+
+UPSTREAM_WEBHOOK = "validator.training-operator.kubeflow.org"
+
+
+class UpstreamProcess:
+    """The Kubeflow training-operator v1.9 binary as a local process (admin kubeconfig).
+
+    v1.9 has no flag to skip its webhook cert rotator, and it starts its
+    controllers only once the rotator is ready; the rotator keeps a Secret in
+    $MY_POD_NAMESPACE and injects its CA into the ValidatingWebhookConfiguration
+    `validator.training-operator.kubeflow.org`. We create both: the Secret in the
+    benchmark namespace (its cache is restricted to --namespace), and a webhook
+    configuration whose one webhook matches no rules, so TFJob creation is not
+    routed to a webhook in this row any more than in the others."""
+
+    def __init__(self, cluster, namespace: str, gang: str | None, tuned: bool, log_dir: Path,
+                 threads: int = 32, qps: int = 1000, burst: int = 2000):
+        self.cluster, self.namespace, self.gang, self.tuned = cluster, namespace, gang, tuned
+        self.threads, self.qps, self.burst = threads, qps, burst
+        self.log_path = Path(log_dir) / f"upstream-{namespace}-{int(time.time() * 1000)}.log"
+        self.process: subprocess.Popen | None = None
+
+    def args(self) -> list[str]:
+        from e2e import build
+
+        args = [str(build.binary("training-operator")), "--enable-scheme=tfjob", f"--namespace={self.namespace}",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+                f"--webhook-server-port={free_port()}", "--leader-elect=false"]
+        if self.gang:
+            args.append(f"--gang-scheduler-name={self.gang}")
+        if self.tuned:
+            args += [f"--controller-threads={self.threads}", f"--kube-api-qps={self.qps}",
+                     f"--kube-api-burst={self.burst}"]
+        return args
+
+    def prepare(self) -> None:
+        self.cluster.apply([
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+             "metadata": {"name": UPSTREAM_WEBHOOK},
+             "webhooks": [{"name": "unused.bench.training-operator.kubeflow.org",
+                           "clientConfig": {"url": "https://127.0.0.1:9/unused"},
+                           "rules": [], "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                           "failurePolicy": "Ignore"}]},
+            {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": "training-operator-webhook-cert", "namespace": self.namespace}},
+        ])
+
+    def start(self, timeout: float = 90) -> "UpstreamProcess":
+        self.prepare()
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "MY_POD_NAMESPACE": self.namespace}
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"training-operator exited {self.process.returncode}:\n{self.log_tail()}")
+            if "Starting workers" in self.log_path.read_text(errors="replace"):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"training-operator did not start its workers in {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()

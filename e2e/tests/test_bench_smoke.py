@@ -1,0 +1,35 @@
+"""A tiny run of the benchmark (e2e/bench.py): raw client and tfop, 3 jobs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from e2e import bench
+
+pytestmark = pytest.mark.cluster
+
+
+def test_bench_smoke(cluster, tmp_path):
+    rc = bench.main(["--jobs", "3", "--against", "raw", "--nodes", "1", "--dir", str(cluster.dir),
+                     "--out", str(tmp_path), "--timeout", "120", "--name", "smoke"])
+    assert rc == 0
+    data = json.loads((tmp_path / "smoke.json").read_text())
+    rows = {r["row"]: r for r in data["rows"]}
+    assert set(rows) == {"raw", "tfop"}
+    objects = sum(data["meta"]["objects_per_job"].values())  # 5 pods + 5 services
+    assert objects == 10
+    for r in rows.values():
+        assert r["pods_running"] == r["pods"] == 15 and r["jobs_started"] == 3 and not r["timed_out"]
+        assert 0 < r["wall_s"] < 120 and r["pods_per_s"] > 0
+        assert 0 < r["latency_p50_s"] <= r["latency_p95_s"] <= r["latency_p99_s"] <= r["wall_s"] + 1
+    # The raw client writes exactly the objects; counting attributes nothing else to it.
+    assert rows["raw"]["writes_by"] == {"POST pods": 15, "POST services": 15}
+    tfop = rows["tfop"]
+    assert tfop["writes_by"]["POST pods"] == 15 and tfop["writes_by"]["POST services"] == 15
+    assert tfop["writes_per_job"] <= objects + 2
+    assert tfop["events_per_job"] <= 2
+    assert tfop["restart_writes"] == 0 and tfop["restart_events"] == 0
+    assert 0 < tfop["peak_rss_mb"] < 500 and tfop["cpu_s"] >= 0
+    md = (tmp_path / "smoke.md").read_text()
+    assert "| raw |" in md and "| tfop |" in md
