@@ -1,0 +1,147 @@
+"""The README's demo: seed 003 (ACK's Coscheduling guide) with and without gang scheduling.
+
+A real local control plane with 4 GPUs (2 nodes x 2), tfop deployed from
+`tfop manifests` (CRDs, RBAC) and run with its own ServiceAccount; the seed's
+job (1 PS + 4 workers x 2 GPUs) is submitted verbatim, first to an operator
+without gang scheduling, then to one with gang scheduling (Coscheduling by default); then 4 GPUs are
+added. Prints the pods side by side, then tears everything down.
+
+    python -m e2e.demo [--dir DIR] [--gang-scheduler-name scheduler-plugins|volcano]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from e2e.cluster import Cluster
+from e2e.tfop_operator import OperatorProcess
+
+SEED = "003-0"
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def seed_job() -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.seeds import seed_jobs
+
+    return dict(seed_jobs())[SEED]
+
+
+def pods(cluster: Cluster, namespace: str) -> list[tuple[str, str, str]]:
+    out = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)
+    rows = []
+    for pod in sorted(out["items"], key=lambda p: p["metadata"]["name"]):
+        rows.append((pod["metadata"]["name"], pod["status"].get("phase", "?"), pod["spec"].get("nodeName") or "-"))
+    return rows
+
+
+def wait_for(what: str, predicate, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"[demo] timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def settle(cluster: Cluster, namespace: str, expected: int | None, seconds: float = 8) -> list:
+    """Pods once all exist and their phases have not changed for a while (the scheduler has had its say).
+
+    expected=None: Volcano gangs get no pods until the scheduler admits the PodGroup.
+    """
+    if expected is not None:
+        wait_for(f"{expected} pods in {namespace}", lambda: len(pods(cluster, namespace)) == expected)
+    last, since = None, time.monotonic()
+    while time.monotonic() - since < seconds:
+        now = pods(cluster, namespace)
+        if now != last:
+            last, since = now, time.monotonic()
+        time.sleep(0.5)
+    return last
+
+
+def table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
+    lines = [title, f"{'NAME':<24}{'STATUS':<10}{'NODE':<12}"]
+    lines += [f"{name:<24}{phase:<10}{node:<12}" for name, phase, node in rows]
+    return lines
+
+
+def side_by_side(*columns: list[str], width: int = 48) -> str:
+    height = max(len(c) for c in columns)
+    padded = [c + [""] * (height - len(c)) for c in columns]
+    return "\n".join("".join(cell.ljust(width) for cell in row).rstrip() for row in zip(*padded))
+
+
+def submit(cluster: Cluster, namespace: str, job: dict) -> None:
+    path = Path(cluster.dir) / f"{namespace}-{SEED}.yaml"
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+
+
+def run(directory: Path, gang: str) -> None:
+    say("starting the local control plane (etcd, kube-apiserver, controller-manager, schedulers, kwok)")
+    cluster = Cluster.up(directory, gpu_nodes=2, gpus_per_node=2, schedulers=["default", "coscheduling", "volcano"])
+    try:
+        job = seed_job()
+        say(f"cluster up: 2 fake nodes x 2 nvidia.com/gpu; seed job {job['metadata']['name']}: "
+            "1 PS + 4 workers x 2 GPUs (needs 8 GPUs, the cluster has 4)")
+
+        cluster.kubectl("create", "namespace", "without-gang")
+        operator = OperatorProcess(cluster, ["without-gang"]).start()
+        say("tfop running WITHOUT gang scheduling; submitting the job")
+        submit(cluster, "without-gang", job)
+        without = settle(cluster, "without-gang", 5)
+        cluster.kubectl("delete", "tfjob", "--all", "-n", "without-gang", "--wait=true")
+        wait_for("pods of the first run to go", lambda: not pods(cluster, "without-gang"))
+        operator.stop()
+
+        cluster.kubectl("create", "namespace", "with-gang")
+        operator = OperatorProcess(cluster, ["with-gang"], gang_scheduler_name=gang).start()
+        say(f"tfop running WITH gang scheduling ({gang}); submitting the same job")
+        submit(cluster, "with-gang", job)
+        pending = settle(cluster, "with-gang", None if gang == "volcano" else 5) or [
+            ("(no pods yet:", "PodGroup", "Pending)")]
+        status = json.loads(cluster.kubectl("get", "tfjob", "-n", "with-gang", "-o", "json").stdout)["items"][0]
+        gang_state = status.get("status", {}).get("gang", {})
+        say("adding 2 nodes x 2 GPUs")
+        cluster.add_gpu_nodes(2, gpus=2)
+        wait_for("the whole gang to run", lambda: all(p[1] == "Running" for p in pods(cluster, "with-gang")))
+        running = pods(cluster, "with-gang")
+        operator.stop()
+
+        print()
+        print(side_by_side(table("WITHOUT gang scheduling (4 GPUs)", without),
+                           table(f"WITH gang ({gang}, 4 GPUs)", pending),
+                           table("WITH gang, after adding 4 GPUs", running)))
+        print()
+        if gang_state:
+            print(f"While it waited, `kubectl describe tfjob` said: gang {gang_state.get('group')} "
+                  f"{gang_state.get('phase', '')}: {gang_state.get('message', '')}")
+        print(cluster.kubectl("get", "tfjob", "-n", "with-gang").stdout)
+    finally:
+        say("tearing down")
+        cluster.down()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--gang-scheduler-name", default="scheduler-plugins", choices=["volcano", "scheduler-plugins"],
+                        help="scheduler-plugins (default) creates the pods at once and Coscheduling keeps them "
+                             "Pending; volcano creates them once Volcano admits the PodGroup")
+    args = parser.parse_args(argv)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="tfop-demo-"))
+    run(directory, args.gang_scheduler_name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
