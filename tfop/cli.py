@@ -106,10 +106,21 @@ def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
     """Print every object the operator creates for the jobs, without a cluster."""
     from tfop.render import render_job, with_namespace
 
+    from tfop.normalize import normalize
+
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
-    objects = []
-    for _, job in _load(files):
-        objects.extend(render_job(with_namespace(job, namespace), ctx))
+    objects, bad = [], 0
+    for name, job in _load(files):
+        job = with_namespace(job, namespace)
+        problems = normalize(job).problems
+        if problems:  # the operator would create nothing but a Failed condition: say why instead
+            bad += len(problems)
+            for problem in problems:
+                click.echo(f"{name}: {job['metadata'].get('name', '?')}: {problem.field}: {problem.message}", err=True)
+            continue
+        objects.extend(render_job(job, ctx))
+    if bad:
+        sys.exit(1)
     if output == "json":
         click.echo(json.dumps(objects, indent=2))
     else:
