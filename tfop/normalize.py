@@ -24,6 +24,7 @@ from tfop.model import (
     SchedulingPolicy,
     TFJob,
 )
+from tfop.gang.quantity import parse_quantity
 from tfop.problems import Problem
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -185,6 +186,21 @@ def _check_template(field, template, problems) -> None:
             if not container.get("image"):
                 problems.append(Problem(f"{field}.template.spec.{kind}[{i}].image",
                                         "is empty: every container needs an image"))
+            _check_quantities(f"{field}.template.spec.{kind}[{i}].resources", container.get("resources"), problems)
+
+
+def _check_quantities(field, resources, problems) -> None:
+    # The CRD takes any string here, but the apiserver refuses such a pod without naming the field.
+    if not isinstance(resources, Mapping):
+        return
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        for resource, value in (values.items() if isinstance(values, Mapping) else ()):
+            try:
+                parse_quantity(value)
+            except ValueError:
+                problems.append(Problem(f"{field}.{section}.{resource}",
+                                        f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))
 
 
 def _run_policy(spec, version, notes, problems) -> RunPolicy:
