@@ -9,8 +9,8 @@ from typing import Any, Mapping
 from tfop import status as S
 from tfop.children import Templates
 from tfop.gang.base import GangBackend
-from tfop.model import GROUP, LABEL_OPERATOR, OPERATOR_NAME, PLURAL, STORAGE_VERSION
-from tfop.normalize import normalize
+from tfop.model import GROUP, LABEL_OPERATOR, LABEL_TYPE, OPERATOR_NAME, PLURAL, STORAGE_VERSION
+from tfop.normalize import canonical_type, normalize
 from tfop.operator.informer import Informer, JobKey, newer
 from tfop.operator.kube import ApiError, KubeClient
 from tfop.plan import Event, Plan, Ref
@@ -160,8 +160,9 @@ class Controller:
         except ApiError as err:
             if err.status in (400, 422):
                 # The apiserver refused the pod the user's template describes: the job is invalid.
-                rejected.append(f"{obj['kind']} {obj['metadata']['name']}: {err.body.get('message', err)}"
-                                if isinstance(err.body, dict) else str(err))
+                rtype = canonical_type((obj["metadata"].get("labels") or {}).get(LABEL_TYPE, "")) or "<type>"
+                why = err.body.get("message", err) if isinstance(err.body, dict) else err
+                rejected.append(f"spec.tfReplicaSpecs.{rtype}.template: {obj['kind']} {obj['metadata']['name']}: {why}")
                 return
             raise
         if created:
@@ -184,8 +185,7 @@ class Controller:
     def _rejected(self, body, status, rejected: list[str], plan: Plan) -> dict:
         now = datetime.now(timezone.utc)
         status = dict(status if status is not None else body.get("status") or {})
-        message = ("the apiserver rejected objects built from the pod template; fix "
-                   "spec.tfReplicaSpecs.<type>.template: " + "; ".join(rejected))
+        message = "the apiserver rejected objects built from the pod template; fix " + "; ".join(rejected)
         status["conditions"] = S.set_condition(list(status.get("conditions") or []), S.FAILED, True,
                                                S.REASON[S.FAILED], message, now)
         status.setdefault("completionTime", S.timestamp(now))
