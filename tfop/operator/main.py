@@ -72,6 +72,13 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
         controller_ref = [controller]
         registry = build_registry(controller_ref, credentials)
         work = asyncio.create_task(controller.run(), name="tfop-controller")
+
+        @kopf.on.cleanup(registry=registry)
+        async def stop_controller(**_):
+            # kopf waits 5 s for tasks started after it before it exits: stop ours now, not then.
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+
         try:
             await kopf.operator(
                 registry=registry, standalone=True, liveness_endpoint=liveness,
