@@ -214,7 +214,9 @@ BREAK_TABLE = [
 @pytest.mark.parametrize("desc,overrides,why", BREAK_TABLE, ids=[r[0] for r in BREAK_TABLE])
 def test_gang_restart(name, desc, overrides, why):
     job, group = _running_gang(name)
-    obs = Observed(pods=gang_pods(job, name, **overrides), services=all_services(job), group=group)
+    vanished = frozenset({"tf-job-worker-1"}) if overrides["worker_1"] is None else frozenset()
+    obs = Observed(pods=gang_pods(job, name, **overrides), services=all_services(job), group=group,
+                   vanished=vanished)
     plan = run(job, obs, ctx=ctx(name))
     survivors = [p for p in PODS if p != "Pod/tf-job-worker-1"] if overrides["worker_1"] is None else PODS
     assert refs(plan) == survivors
@@ -283,6 +285,14 @@ def test_disappeared_member_without_gang_restart_is_recreated():
     plan = run(job, obs, ctx=ctx("volcano"))
     assert plan.delete == []
     assert names(plan.create) == ["Pod/tf-job-worker-1"]
+
+
+def test_pod_never_created_is_not_a_lost_member():
+    # e.g. a ResourceQuota refused it: recreate that pod, never restart the whole gang over it
+    job, group = _running_gang()
+    obs = Observed(pods=gang_pods(job, worker_1=None), services=all_services(job), group=group)
+    plan = run(job, obs, ctx=ctx("volcano"))
+    assert plan.delete == [] and names(plan.create) == ["Pod/tf-job-worker-1"]
 
 
 def test_missing_pod_before_running_is_not_a_lost_member():

@@ -38,6 +38,8 @@ class Observed:
     services: Sequence[Mapping[str, Any]] = ()
     group: Mapping[str, Any] | None = None
     priority_values: Mapping[str, int] = field(default_factory=dict)
+    # Pods seen deleted by someone else (not the operator) since the last reconcile.
+    vanished: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -329,14 +331,17 @@ class _Reconcile:
         return False
 
     def lost_members(self) -> list[str]:
-        """Pods of a gang that ran and then vanished (deleted, node lost): their service is still there."""
+        """Pods of a running gang deleted by someone else (a user, an eviction, a lost node).
+
+        Only pods seen vanishing count: a pod that was never created (quota, a
+        create error) must not restart the whole gang again and again.
+        """
         if not S.is_true(self.conditions, S.RUNNING):
             return []
         if not any(P.is_active(p) for p in self.obs.pods):
             return []
-        return [pod_name(self.job.name, r.type, i) for r, i in self.expected()
-                if pod_name(self.job.name, r.type, i) not in self.pods
-                and pod_name(self.job.name, r.type, i) in self.services]
+        return [name for name in (pod_name(self.job.name, r.type, i) for r, i in self.expected())
+                if name not in self.pods and name in self.obs.vanished]
 
     def create_missing_pods(self, shape: GangShape | None) -> None:
         if self.deleting:

@@ -47,6 +47,8 @@ class Controller:
         self.settings, self.client, self.backend = settings, client, backend
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, dict] = {}
+        # Pods this operator deleted, so their disappearance is not mistaken for a lost gang member.
+        self.our_deletions: dict[JobKey, set[str]] = {}
         self.queue = WorkQueue(self.reconcile, workers=32)
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         namespaces = list(settings.namespaces) or [None]
@@ -72,6 +74,7 @@ class Controller:
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED":
             self.jobs.pop(key, None)
+            self.our_deletions.pop(key, None)
             self.queue.forget(key)
             return
         if newer(body, self.jobs.get(key)):
@@ -101,8 +104,15 @@ class Controller:
         priorities = {}
         if self.priorities is not None:
             priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
+        ours = self.our_deletions.get(key, set())
+        gone = self.pods.take_vanished(key)
+        vanished = gone - ours
+        ours -= gone
+        if not ours:
+            self.our_deletions.pop(key, None)
         return Observed(pods=self.pods.for_job(key), services=self.services.for_job(key),
-                        group=groups[0] if groups else None, priority_values=priorities)
+                        group=groups[0] if groups else None, priority_values=priorities,
+                        vanished=frozenset(vanished))
 
     async def reconcile(self, key: JobKey) -> None:
         body = self.jobs.get(key)
@@ -112,7 +122,8 @@ class Controller:
         if managed_by not in OUR_MANAGERS:
             return
         normalized = normalize(body)
-        plan = reconcile(normalized.job, self.observe(key), datetime.now(timezone.utc), self.ctx,
+        observed = self.observe(key)
+        plan = reconcile(normalized.job, observed, datetime.now(timezone.utc), self.ctx,
                          normalized.problems, normalized.notes)
         await self.apply(key, body, plan)
 
@@ -169,6 +180,8 @@ class Controller:
             informer.upsert(created)
 
     async def _delete(self, ref: Ref) -> None:
+        if ref.kind == "Pod":
+            self.our_deletions.setdefault((ref.namespace, self._job_of_pod(ref)), set()).add(ref.name)
         gone = await self._call(self.client.delete, ref.api_version, ref.plural, ref.namespace, ref.name)
         informer = {"Pod": self.pods, "Service": self.services}.get(ref.kind, self.groups)
         if informer is not None and gone and gone.get("kind") == ref.kind:
@@ -176,6 +189,10 @@ class Controller:
                 informer.upsert(gone)
             else:
                 informer.remove(gone)
+
+    def _job_of_pod(self, ref: Ref) -> str:
+        pod = self.pods.get(ref.namespace, ref.name)
+        return ((pod or {}).get("metadata", {}).get("labels") or {}).get("training.kubeflow.org/job-name", "")
 
     async def _patch(self, ref: Ref, patch: dict) -> None:
         patched = await self._call(self.client.merge_patch, ref.api_version, ref.plural, ref.namespace, ref.name, patch)

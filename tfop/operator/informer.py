@@ -66,6 +66,8 @@ class Informer:
         self.by_job: dict[JobKey, set[tuple[str, str]]] = {}
         # Deleted names and their last resourceVersion: a late API response must not resurrect them.
         self.tombstones: dict[tuple[str, str], dict] = {}
+        # Names removed by a watch DELETED event, per job, until the next reconcile takes them.
+        self.vanished: dict[JobKey, set[str]] = {}
         self.synced = asyncio.Event()
         self._pending_syncs = len(self.namespaces)
 
@@ -93,12 +95,17 @@ class Informer:
             self.by_job.setdefault(key, set()).add(name)
             self.on_change(key)
 
-    def remove(self, obj: Mapping[str, Any]) -> None:
+    def take_vanished(self, key: JobKey) -> set[str]:
+        return self.vanished.pop(key, set())
+
+    def remove(self, obj: Mapping[str, Any], seen_by_watch: bool = False) -> None:
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         known = self.objects.pop(name, None)
         self.tombstones[name] = {"metadata": {"resourceVersion": meta.get("resourceVersion", "")}}
         key = self.key_of(known or obj)
+        if key and seen_by_watch:
+            self.vanished.setdefault(key, set()).add(meta["name"])
         if key:
             names = self.by_job.get(key)
             if names is not None:
@@ -170,7 +177,7 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 if kind == "DELETED":
-                    self.remove(obj)
+                    self.remove(obj, seen_by_watch=True)
                 else:
                     self.upsert(obj)
         except ApiError as err:
