@@ -117,6 +117,7 @@ class Controller:
     async def reconcile(self, key: JobKey) -> None:
         body = self.jobs.get(key)
         if body is None or body["metadata"].get("deletionTimestamp"):
+            self.pods.take_vanished(key)  # nothing will ask for them
             return
         managed_by = ((body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
         if managed_by not in OUR_MANAGERS:
