@@ -159,6 +159,11 @@ class Controller:
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after + 0.05)
         if errors:
+            forbidden = [e for e in errors if isinstance(e, ApiError) and e.status == 403]
+            if forbidden:
+                # Usually RBAC: say so on the job itself, not only in the operator's log.
+                await self._call(self.client.post_event, self._ref(body), "Warning", "Forbidden",
+                                 f"{forbidden[0]}; run `tfop doctor` for the missing ClusterRole rule", now)
             raise errors[0]
 
     @staticmethod
