@@ -225,6 +225,7 @@ def proc_stats(pid: int) -> dict:
 
 
 UPSTREAM_WEBHOOK = "validator.training-operator.kubeflow.org"
+CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # hard-coded in its pkg/cert
 
 
 class UpstreamProcess:
@@ -279,13 +280,32 @@ class UpstreamProcess:
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
+        mounted = False
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"training-operator exited {self.process.returncode}:\n{self.log_tail()}")
-            if "Starting workers" in self.log_path.read_text(errors="replace"):
+            if not mounted:
+                mounted = self.mount_certs()
+            if re.search(r"Starting workers.*tfjob-controller", self.log_path.read_text(errors="replace")):
                 return self
-            time.sleep(0.1)
+            time.sleep(0.2)
         raise RuntimeError(f"training-operator did not start its workers in {timeout}s:\n{self.log_tail()}")
+
+    def mount_certs(self) -> bool:
+        """In a pod the rotator's Secret is a volume at its cert dir; here we copy it there."""
+        import base64
+        import json
+
+        got = self.cluster.kubectl("get", "secret", "-n", self.namespace, "training-operator-webhook-cert",
+                                   "-o", "json", check=False)
+        data = (json.loads(got.stdout).get("data") or {}) if got.returncode == 0 else {}
+        if not {"tls.crt", "tls.key"} <= data.keys():
+            return False
+        CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key", "ca.crt"):
+            if name in data:
+                (CERT_DIR / name).write_bytes(base64.b64decode(data[name]))
+        return True
 
     def log_tail(self, lines: int = 40) -> str:
         try:
