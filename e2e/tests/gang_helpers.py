@@ -1,0 +1,333 @@
+"""Helpers for the gang scenarios on the real local control plane.
+
+- `Api`: a fast admin client (plain HTTPS, one keep-alive session per thread),
+  so pods can be sampled every 0.2 s without forking kubectl each time.
+- `Pool`: GPU nodes of one test only. The session cluster is shared, so a
+  capacity test makes its own kwok nodes, labelled and tainted
+  `tfop.test/pool=<namespace>`, and its jobs select and tolerate exactly them.
+- `prepare_job`: a seed's TFJob placed in the test's namespace and pool,
+  otherwise keeping the seed's shape.
+- sampling and waiting helpers that say what they saw when they fail.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+import requests
+import yaml
+
+from e2e.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
+from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
+from e2e.tfop_operator import OperatorProcess
+from tests.seeds import seed_jobs
+
+POOL_LABEL = "tfop.test/pool"
+JOB_LABEL = "training.kubeflow.org/job-name"
+TFJOB_API = "/apis/kubeflow.org/v1"
+POLL = 0.2  # seconds between samples
+PENDING_WINDOW = 10.0  # a gang that must wait is watched this long (Volcano's period is 1 s or less)
+
+# Group objects of the backends that have one: (api path prefix, plural).
+GROUP_APIS = {
+    "volcano": ("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
+    "scheduler-plugins": ("/apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
+    "kube-batch": ("/apis/scheduling.incubator.k8s.io/v1alpha1", "podgroups"),
+    "kube-arbitrator": ("/apis/policy/v1", "poddisruptionbudgets"),
+}
+SCHEDULER_OF = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
+
+
+def seed(seed_id: str) -> dict:
+    for sid, job in seed_jobs():
+        if sid == seed_id:
+            return copy.deepcopy(job)
+    raise KeyError(f"no seed job {seed_id}")
+
+
+# ---------------------------------------------------------------------------- API
+
+
+class Api:
+    def __init__(self, cluster):
+        self.base = cluster.server
+        self.cert = (str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
+        self.ca = str(cluster.pki / "ca.crt")
+        self._local = threading.local()
+
+    @property
+    def session(self) -> requests.Session:
+        s = getattr(self._local, "session", None)
+        if s is None:
+            s = requests.Session()
+            s.cert, s.verify = self.cert, self.ca
+            s.trust_env = False  # REQUESTS_CA_BUNDLE would otherwise replace our CA
+            self._local.session = s
+        return s
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                ok: Iterable[int] = (200, 201, 202)) -> dict | None:
+        data = None if body is None else json.dumps(body)
+        r = self.session.request(method, self.base + path, data=data,
+                                 headers={"Content-Type": content_type}, timeout=30,
+                                 verify=self.ca, cert=self.cert)
+        if r.status_code == 404 and method in ("GET", "DELETE"):
+            return None
+        if r.status_code not in ok:
+            raise AssertionError(f"{method} {path}: {r.status_code} {r.text[:500]}")
+        return r.json() if r.content else {}
+
+    def get(self, path: str) -> dict | None:
+        return self.request("GET", path)
+
+    def items(self, path: str, selector: str | None = None) -> list[dict]:
+        got = self.get(path + (f"?labelSelector={selector}" if selector else "")) or {}
+        return got.get("items") or []
+
+    def create(self, path: str, obj: dict) -> dict:
+        return self.request("POST", path, obj)
+
+    def merge_patch(self, path: str, patch: dict) -> dict:
+        return self.request("PATCH", path, patch, "application/merge-patch+json")
+
+    def delete(self, path: str) -> dict | None:
+        return self.request("DELETE", path)
+
+    # -- shortcuts -----------------------------------------------------------------
+    def pods(self, ns: str, job: str | None = None) -> list[dict]:
+        return self.items(f"/api/v1/namespaces/{ns}/pods", f"{JOB_LABEL}={job}" if job else None)
+
+    def tfjob(self, ns: str, name: str) -> dict | None:
+        return self.get(f"{TFJOB_API}/namespaces/{ns}/tfjobs/{name}")
+
+    def group(self, backend: str, ns: str, name: str) -> dict | None:
+        prefix, plural = GROUP_APIS[backend]
+        return self.get(f"{prefix}/namespaces/{ns}/{plural}/{name}")
+
+    def events(self, ns: str, reason: str | None = None) -> list[dict]:
+        evs = self.items(f"/api/v1/namespaces/{ns}/events")
+        return [e for e in evs if reason is None or e.get("reason") == reason]
+
+    def bind(self, ns: str, pod: str, node: str) -> None:
+        """Act as the scheduler of a backend whose scheduler does not run here."""
+        self.create(f"/api/v1/namespaces/{ns}/pods/{pod}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    def exit_pod(self, ns: str, pod: str, code: int) -> None:
+        """kwok ends this Running pod with `code` (e2e.kwok_stages)."""
+        self.merge_patch(f"/api/v1/namespaces/{ns}/pods/{pod}", {"metadata": {
+            "labels": {EXIT_LABEL: "true"}, "annotations": {EXIT_CODE_ANNOTATION: str(code)}}})
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+class Pool:
+    """kwok GPU nodes only this test's pods can use (label + NoSchedule taint)."""
+
+    def __init__(self, cluster, api: Api, name: str):
+        self.cluster, self.api, self.name = cluster, api, name
+        self.nodes: list[str] = []
+
+    def add(self, n: int, gpus: int) -> list[str]:
+        alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+        names = [f"{self.name}-{len(self.nodes) + i}"[-63:].lstrip("-") for i in range(n)]
+        # Shaped like Cluster.add_gpu_nodes' nodes, plus the pool label and taint.
+        self.cluster.apply([{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                         "labels": {POOL_LABEL: self.name, "type": "kwok", "kubernetes.io/hostname": name,
+                                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+            "spec": {"taints": [{"key": POOL_LABEL, "value": self.name, "effect": "NoSchedule"}]},
+            "status": {"capacity": alloc, "allocatable": alloc},
+        } for name in names])
+        self.nodes += names
+        for name in names:
+            self.api.request("PATCH", f"/api/v1/nodes/{name}/status",
+                             {"status": {"capacity": alloc, "allocatable": alloc}},
+                             "application/merge-patch+json")
+        for name in names:
+            wait_until(lambda nm=name: node_ready(self.api.get(f"/api/v1/nodes/{nm}")), 60,
+                       f"pool node {name} Ready")
+        return names
+
+    def remove_all(self) -> None:
+        for name in self.nodes:
+            self.api.delete(f"/api/v1/nodes/{name}")
+        self.nodes = []
+
+    def place(self, job: dict) -> dict:
+        """Pin every replica's pods to this pool (nodeSelector + toleration)."""
+        for rspec in job["spec"]["tfReplicaSpecs"].values():
+            spec = rspec.setdefault("template", {}).setdefault("spec", {})
+            spec["nodeSelector"] = {POOL_LABEL: self.name}
+            spec["tolerations"] = [*spec.get("tolerations", []),
+                                   {"key": POOL_LABEL, "operator": "Equal", "value": self.name,
+                                    "effect": "NoSchedule"}]
+        return job
+
+
+def node_ready(node: dict | None) -> bool:
+    return bool(node) and any(c["type"] == "Ready" and c["status"] == "True"
+                              for c in node.get("status", {}).get("conditions", []))
+
+
+@contextlib.contextmanager
+def pool(cluster, api: Api, name: str):
+    p = Pool(cluster, api, name)
+    try:
+        yield p
+    finally:
+        p.remove_all()
+
+
+# ---------------------------------------------------------------------------- jobs
+
+
+def prepare_job(job: dict, ns: str, pool: Pool | None = None, name: str | None = None,
+                keep_scheduler_name: bool = False, replicas: dict[str, int] | None = None) -> dict:
+    """A seed's job in this test's namespace (and pool). The seeds' schedulerName
+    (kube-batch/kube-batchd) names the scheduler of their era; unless kept, it is
+    dropped so the operator's gang backend (or the default scheduler) applies."""
+    job = copy.deepcopy(job)
+    meta = job.setdefault("metadata", {})
+    meta["namespace"] = ns
+    if name:
+        meta["name"] = name
+    for rtype, rspec in job["spec"]["tfReplicaSpecs"].items():
+        if replicas and rtype in replicas:
+            rspec["replicas"] = replicas[rtype]
+        spec = rspec.setdefault("template", {}).setdefault("spec", {})
+        if not keep_scheduler_name:
+            spec.pop("schedulerName", None)
+    if pool is not None:
+        pool.place(job)
+    return job
+
+
+def submit(cluster, *jobs: dict) -> None:
+    cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(list(jobs)))
+
+
+def expected_pods(job: dict) -> list[str]:
+    name = job["metadata"]["name"]
+    return [f"{name}-{rtype.lower()}-{i}" for rtype, rspec in job["spec"]["tfReplicaSpecs"].items()
+            for i in range(rspec.get("replicas", 1))]
+
+
+def gpu_pods(job: dict) -> list[str]:
+    name = job["metadata"]["name"]
+    out = []
+    for rtype, rspec in job["spec"]["tfReplicaSpecs"].items():
+        containers = rspec["template"]["spec"]["containers"]
+        if any(GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in containers):
+            out += [f"{name}-{rtype.lower()}-{i}" for i in range(rspec.get("replicas", 1))]
+    return out
+
+
+def phases(api: Api, ns: str, job: str) -> dict[str, str]:
+    """{pod name: phase (+ '@node' when bound)} for the job's live pods."""
+    out = {}
+    for p in api.pods(ns, job):
+        if p["metadata"].get("deletionTimestamp"):
+            continue
+        node = p["spec"].get("nodeName")
+        out[p["metadata"]["name"]] = p["status"].get("phase", "Pending") + (f"@{node}" if node else "")
+    return out
+
+
+def phase_counts(api: Api, ns: str, job: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in api.pods(ns, job):
+        if not p["metadata"].get("deletionTimestamp"):
+            ph = p["status"].get("phase", "Pending")
+            counts[ph] = counts.get(ph, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------------- waiting
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str,
+               describe: Callable[[], Any] | None = None, interval: float = POLL):
+    deadline = time.monotonic() + timeout
+    last_err = None
+    while True:
+        try:
+            got = pred()
+            if got:
+                return got
+        except AssertionError as e:  # an API error: retry until the deadline
+            last_err = e
+        if time.monotonic() > deadline:
+            seen = describe() if describe else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                                 + (f"; last seen: {seen}" if seen else "")
+                                 + (f"; last error: {last_err}" if last_err else ""))
+        time.sleep(interval)
+
+
+def all_running(api: Api, job: dict) -> bool:
+    ns = job["metadata"]["namespace"]
+    seen = phases(api, ns, job["metadata"]["name"])
+    return set(seen) == set(expected_pods(job)) and all(v.startswith("Running@") for v in seen.values())
+
+
+def wait_all_running(api: Api, job: dict, timeout: float = 60) -> dict[str, str]:
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    wait_until(lambda: all_running(api, job), timeout, f"every pod of {name} Running",
+               lambda: phases(api, ns, name))
+    return phases(api, ns, name)
+
+
+def watch_gang_waits(api: Api, job: dict, seconds: float = PENDING_WINDOW,
+                     require_pods: bool = True) -> list[dict[str, str]]:
+    """Sample every POLL s for `seconds`: no pod of the job is ever bound or
+    Running. With require_pods, every expected pod must exist (Pending) by the end."""
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    samples = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen = phases(api, ns, name)
+        samples.append(seen)
+        bad = {p: v for p, v in seen.items() if v != "Pending"}
+        assert not bad, f"gang {name} must wait whole, but after {len(samples) * POLL:.1f}s: {seen}"
+        time.sleep(POLL)
+    if require_pods:
+        assert set(samples[-1]) == set(expected_pods(job)), \
+            f"every pod of {name} should exist and be Pending: {samples[-1]}"
+    return samples
+
+
+def group_waiting(api: Api, backend: str, job: dict) -> dict:
+    grp = api.group(backend, job["metadata"]["namespace"], job["metadata"]["name"])
+    assert grp is not None, f"no {backend} group for {job['metadata']['name']}"
+    return grp
+
+
+# ---------------------------------------------------------------------------- operator
+
+
+@contextlib.contextmanager
+def operator(cluster, ns: str, gang: str | None, extra_args: list[str] | None = None):
+    op = OperatorProcess(cluster, [ns], gang_scheduler_name=gang, extra_args=extra_args).start()
+    try:
+        yield op
+    except BaseException as e:
+        if isinstance(e, AssertionError):
+            e.args = (f"{e.args[0] if e.args else ''}\n--- tfop log tail ---\n{op.log_tail(40)}",)
+        raise
+    finally:
+        op.stop()
+
+
+def condition(job_obj: dict | None, ctype: str) -> dict | None:
+    for c in ((job_obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True":
+            return c
+    return None
