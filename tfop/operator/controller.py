@@ -21,6 +21,24 @@ log = logging.getLogger("tfop.controller")
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
+# A status change that only reports a starting job's progress (Created, Running, replica counts)
+# waits until the job's status has been quiet this long, so a burst of pod events becomes one
+# write; never longer than STATUS_MAX_DELAY after the first unwritten change. Every other
+# change (finished, failed, restarting, suspended, restart counts, gang state) is written at once.
+STATUS_QUIET = 1.0
+STATUS_MAX_DELAY = 5.0
+PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
+                   "startTime", "observedGeneration"}
+PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
+
+
+def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when `new` differs from `old` only by a starting job's progress."""
+    if any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - PROGRESS_FIELDS):
+        return False
+    before = {c.get("type"): c.get("status") for c in old.get("conditions") or []}
+    after = {c.get("type"): c.get("status") for c in new.get("conditions") or []}
+    return all(before.get(t) == after.get(t) for t in (before.keys() | after.keys()) - PROGRESS_CONDITIONS)
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
@@ -47,6 +65,10 @@ class Controller:
         self.settings, self.client, self.backend = settings, client, backend
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, dict] = {}
+        # Progress-only statuses not written yet (see STATUS_QUIET): reconciles read them as the
+        # job's status; (first, last) loop times of their changes.
+        self.unwritten: dict[JobKey, dict] = {}
+        self.unwritten_times: dict[JobKey, tuple[float, float]] = {}
         # Pods this operator deleted, so their disappearance is not mistaken for a lost gang member.
         self.our_deletions: dict[JobKey, set[str]] = {}
         self.queue = WorkQueue(self.reconcile, workers=32)
@@ -75,6 +97,8 @@ class Controller:
         if event_type == "DELETED":
             self.jobs.pop(key, None)
             self.our_deletions.pop(key, None)
+            self.unwritten.pop(key, None)
+            self.unwritten_times.pop(key, None)
             self.queue.forget(key)
             return
         if newer(body, self.jobs.get(key)):
@@ -122,7 +146,8 @@ class Controller:
         managed_by = ((body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
         if managed_by not in OUR_MANAGERS:
             return
-        normalized = normalize(body)
+        pending = self.unwritten.get(key)
+        normalized = normalize(body if pending is None else {**body, "status": pending})
         observed = self.observe(key)
         plan = reconcile(normalized.job, observed, datetime.now(timezone.utc), self.ctx,
                          normalized.problems, normalized.notes)
@@ -147,9 +172,10 @@ class Controller:
         errors = [r for r in results if isinstance(r, BaseException)]
         status = plan.status
         if rejected:
-            status = self._rejected(body, status, rejected, plan)
-        if status is not None:
-            await self._write_status(key, body, status)
+            pending = self.unwritten.get(key)
+            status = self._rejected(body if pending is None else {**body, "status": pending}, status, rejected, plan)
+        if status is not None or key in self.unwritten:
+            await self._status(key, body, status)
         now = S.timestamp(datetime.now(timezone.utc))
         await asyncio.gather(*(self._call(self.client.post_event, self._ref(body), e.type, e.reason, e.message, now)
                                for e in plan.events))
@@ -214,6 +240,28 @@ class Controller:
         status.setdefault("completionTime", S.timestamp(now))
         plan.events.append(Event("Warning", "InvalidPodTemplate", message))
         return status
+
+    async def _status(self, key: JobKey, body: Mapping[str, Any], status: dict | None) -> None:
+        """Write the job's new status now, or hold a progress-only change back (see STATUS_QUIET)."""
+        now = asyncio.get_running_loop().time()
+        if status is None:
+            status = self.unwritten[key]
+            first, last = self.unwritten_times[key]
+        else:
+            first, last = self.unwritten_times.get(key, (now, now))[0], now
+        if (progress_only(body.get("status") or {}, status) and now - first < STATUS_MAX_DELAY
+                and now - last < STATUS_QUIET):
+            self.unwritten[key], self.unwritten_times[key] = status, (first, last)
+            self.queue.add_after(key, min(first + STATUS_MAX_DELAY, last + STATUS_QUIET) - now + 0.01)
+            return
+        self.unwritten.pop(key, None)
+        self.unwritten_times.pop(key, None)
+        try:
+            await self._write_status(key, body, status)
+        except BaseException:
+            self.unwritten.setdefault(key, status)  # a failed write is retried with the job
+            self.unwritten_times.setdefault(key, (first, last))
+            raise
 
     async def _write_status(self, key: JobKey, body: Mapping[str, Any], status: dict) -> None:
         meta = body["metadata"]
