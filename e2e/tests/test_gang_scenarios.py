@@ -9,15 +9,17 @@ the session cluster never compete for GPUs.
 """
 from __future__ import annotations
 
-import concurrent.futures
+import json
 import time
 
 import pytest
 
 from e2e.tests.gang_helpers import (
     GROUP_APIS,
+    JOB_LABEL,
     PENDING_WINDOW,
     POLL,
+    POOL_LABEL,
     SCHEDULER_OF,
     Api,
     all_running,
@@ -35,6 +37,7 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
+from e2e.tfop_operator import wait_established
 
 pytestmark = pytest.mark.cluster
 REAL_GANGS = ["volcano", "scheduler-plugins"]
@@ -286,3 +289,144 @@ def test_schedule_timeout_fails_the_job(cluster, api, namespace):
         events = api.events(namespace, "GangScheduleTimeout")
         assert events and "scheduleTimeoutSeconds=5" in events[0]["message"]
         wait_until(lambda: api.group(backend, namespace, name) is None, 20, "PodGroup deleted")
+
+
+# ------------------------------------------------------------------ 7. backends without a scheduler here
+
+KUBE_BATCH_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    # *.k8s.io groups are protected; "unapproved, ..." is how non-upstream CRDs say so.
+    "metadata": {"name": "podgroups.scheduling.incubator.k8s.io",
+                 "annotations": {"api-approved.kubernetes.io": "unapproved, kube-batch's historical API"}},
+    "spec": {
+        "group": "scheduling.incubator.k8s.io", "scope": "Namespaced",
+        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup"},
+        "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+# backend -> (seed job, keep the seed's schedulerName, the pods' schedulerName)
+APISERVER_ONLY = {
+    "kube-arbitrator": ("000-0", True, "kube-batchd"),
+    "kube-batch": ("001-0", True, "kube-batch"),
+    "koordinator": ("004-0", False, "koord-scheduler"),
+    "yunikorn": ("004-0", False, "yunikorn"),
+    "coscheduling": ("004-0", False, "default-scheduler"),  # ACK: Coscheduling inside the default scheduler
+}
+
+
+def check_markings(backend: str, job: dict, obj: dict, pods: list[dict]) -> None:
+    name, uid = job["metadata"]["name"], obj["metadata"]["uid"]
+    total = len(expected_pods(job))
+    for pod in pods:
+        meta = pod["metadata"]
+        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+        owner = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+        assert owner and owner[0]["uid"] == uid and owner[0]["kind"] == "TFJob", meta.get("ownerReferences")
+        where = f"{backend}: pod {meta['name']}"
+        if backend == "kube-batch":
+            assert ann.get("scheduling.k8s.io/group-name") == name, where
+        elif backend == "koordinator":
+            assert ann.get("gang.scheduling.koordinator.sh/name") == name, where
+            assert ann.get("gang.scheduling.koordinator.sh/min-available") == str(total), where
+            assert ann.get("gang.scheduling.koordinator.sh/mode") == "Strict", where
+        elif backend == "yunikorn":
+            assert labels.get("applicationId", "").startswith(f"{job['metadata']['namespace']}-"), where
+            assert labels.get("queue") == "root.default", where
+            assert ann.get("yunikorn.apache.org/task-group-name") == "worker", where
+        elif backend == "coscheduling":
+            assert labels.get("pod-group.scheduling.sigs.k8s.io/name") == name, where
+            assert labels.get("pod-group.scheduling.sigs.k8s.io/min-available") == str(total), where
+    if backend == "yunikorn":
+        ids = {p["metadata"]["labels"]["applicationId"] for p in pods}
+        assert len(ids) == 1, ids
+        first = next(p for p in pods if p["metadata"]["name"] == f"{name}-worker-0")
+        groups = json.loads(first["metadata"]["annotations"]["yunikorn.apache.org/task-groups"])
+        assert [(g["name"], g["minMember"]) for g in groups] == [("worker", total)], groups
+        assert groups[0]["minResource"] == {"nvidia.com/gpu": "1"}, groups
+        assert groups[0]["nodeSelector"] == {POOL_LABEL: job["metadata"]["namespace"]}, groups
+        assert "gangSchedulingStyle=Hard" in first["metadata"]["annotations"][
+            "yunikorn.apache.org/schedulingPolicyParameters"]
+
+
+def check_group(backend: str, job: dict, obj: dict, grp: dict) -> None:
+    name, total = job["metadata"]["name"], len(expected_pods(job))
+    owner = grp["metadata"]["ownerReferences"]
+    assert len(owner) == 1 and owner[0]["uid"] == obj["metadata"]["uid"] and owner[0]["kind"] == "TFJob" \
+        and owner[0]["controller"] is True, owner
+    assert grp["metadata"]["name"] == name
+    if backend == "kube-arbitrator":
+        assert grp["spec"]["minAvailable"] == total, grp["spec"]
+        assert grp["spec"]["selector"] == {"matchLabels": {JOB_LABEL: name}}, grp["spec"]
+    else:
+        assert grp["spec"]["minMember"] == total, grp["spec"]
+
+
+@pytest.mark.parametrize("backend", list(APISERVER_ONLY))
+def test_backend_objects_against_apiserver(cluster, api, namespace, backend):
+    seed_id, keep_scheduler, scheduler = APISERVER_ONLY[backend]
+    if backend == "kube-batch":
+        cluster.apply(KUBE_BATCH_CRD)
+        wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
+    with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
+        nodes = p.add(2, gpus=1)
+        job = prepare_job(seed(seed_id), namespace, p, keep_scheduler_name=keep_scheduler)
+        name = job["metadata"]["name"]
+        submit(cluster, job)
+        want = expected_pods(job)
+        wait_until(lambda: set(phases(api, namespace, name)) == set(want), 30, "every pod created",
+                   lambda: phases(api, namespace, name))
+        obj = api.tfjob(namespace, name)
+        pods = api.pods(namespace, name)
+        for pod in pods:
+            assert pod["spec"]["schedulerName"] == scheduler, (pod["metadata"]["name"], pod["spec"]["schedulerName"])
+        check_markings(backend, job, obj, pods)
+        has_group = backend in GROUP_APIS
+        if has_group:
+            grp = wait_until(lambda: api.group(backend, namespace, name), 20, f"{backend} group object")
+            check_group(backend, job, obj, grp)
+        else:
+            assert_no_group_objects(api, namespace)
+
+        if scheduler != "default-scheduler":
+            # No such scheduler runs here: the pods wait, unbound.
+            time.sleep(2)
+            assert all(v == "Pending" for v in phases(api, namespace, name).values()), phases(api, namespace, name)
+            for i, pod in enumerate(want):  # act as that scheduler
+                api.bind(namespace, pod, nodes[i % len(nodes)])
+        wait_all_running(api, job)
+        worker0 = f"{name}-worker-0"
+        api.exit_pod(namespace, worker0, 0)
+        wait_until(lambda: condition(api.tfjob(namespace, name), "Succeeded"), 30, "job Succeeded",
+                   lambda: phases(api, namespace, name))
+        if has_group:
+            wait_until(lambda: api.group(backend, namespace, name) is None, 20, "group deleted")
+            # upstream #1011: the finished job's group must never come back
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                assert api.group(backend, namespace, name) is None, f"{backend} group re-created after finish"
+                time.sleep(POLL)
+        else:
+            assert_no_group_objects(api, namespace)
+
+
+# ------------------------------------------------------------------ 8. gang scheduling off
+
+
+def test_without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespace):
+    with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
+        p.add(1, gpus=1)
+        job = prepare_job(seed("002-0"), namespace, p)
+        name = job["metadata"]["name"]
+        submit(cluster, job)
+        wait_all_running(api, job)
+        for pod in api.pods(namespace, name):
+            meta = pod["metadata"]
+            assert pod["spec"]["schedulerName"] == "default-scheduler"
+            assert "scheduling.k8s.io/group-name" not in (meta.get("annotations") or {})
+            assert not any(k.startswith(("scheduling.x-k8s.io/", "pod-group.scheduling"))
+                           for k in meta.get("labels") or {})
+        assert_no_group_objects(api, namespace)
+        assert "gang" not in (api.tfjob(namespace, name).get("status") or {})
