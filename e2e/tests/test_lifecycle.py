@@ -370,6 +370,10 @@ def test_invalid_job_fails_and_others_still_run(env):
     assert any(e["type"] == "Warning" and "volumeMounts" in e["message"] for e in env.events(bad_mount)), \
         env.msg(bad_mount)
 
+    # The apiserver refused every pod: no Event may claim one was created.
+    claims = [e["message"] for e in env.events(bad_mount) if f"pod {bad_mount}-worker" in e["message"]
+              and e["reason"] in ("SuccessfulCreate", "Reconciled")]
+    assert not claims, f"Events claim refused pods were created: {claims}\n{env.msg(bad_mount)}"
     for bad in (bad_qty, bad_mount):
         assert not [p for p in env.pods(bad)], env.msg(bad)
         assert types(env.job(bad))[-1] == "Failed", env.msg(bad)

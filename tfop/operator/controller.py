@@ -158,7 +158,7 @@ class Controller:
             return await coro_fn(*args, **kwargs)
 
     async def apply(self, key: JobKey, body: Mapping[str, Any], plan: Plan) -> None:
-        rejected: list[str] = []
+        rejected: list[tuple[str, str]] = []  # ("pod <name>", why)
         if plan.create_group is not None:
             created = await self._call(self.client.create, plan.create_group, self.backend.group_resource.plural)
             if created and self.groups is not None:
@@ -196,7 +196,7 @@ class Controller:
     def _ref(body: Mapping[str, Any]) -> dict:
         return {"apiVersion": TFJOB_API, "kind": "TFJob", "metadata": body["metadata"]}
 
-    async def _create(self, obj: dict, rejected: list[str]) -> None:
+    async def _create(self, obj: dict, rejected: list[tuple[str, str]]) -> None:
         informer = self.pods if obj["kind"] == "Pod" else self.services
         try:
             created = await self._call(self.client.create, obj, informer.plural)
@@ -205,7 +205,8 @@ class Controller:
                 # The apiserver refused the pod the user's template describes: the job is invalid.
                 rtype = canonical_type((obj["metadata"].get("labels") or {}).get(LABEL_TYPE, "")) or "<type>"
                 why = err.body.get("message", err) if isinstance(err.body, dict) else err
-                rejected.append(f"spec.tfReplicaSpecs.{rtype}.template: {obj['kind']} {obj['metadata']['name']}: {why}")
+                rejected.append((f"{obj['kind'].lower()} {obj['metadata']['name']}",
+                                 f"spec.tfReplicaSpecs.{rtype}.template: {obj['kind']} {obj['metadata']['name']}: {why}"))
                 return
             raise
         if created:
@@ -231,10 +232,12 @@ class Controller:
         if patched and self.groups is not None:
             self.groups.upsert(patched)
 
-    def _rejected(self, body, status, rejected: list[str], plan: Plan) -> dict:
+    def _rejected(self, body, status, rejected: list[tuple[str, str]], plan: Plan) -> dict:
         now = datetime.now(timezone.utc)
         status = dict(status if status is not None else body.get("status") or {})
-        message = "the apiserver rejected objects built from the pod template; fix " + "; ".join(rejected)
+        message = "the apiserver rejected objects built from the pod template; fix " + "; ".join(w for _, w in rejected)
+        refused = {label for label, _ in rejected}
+        plan.events[:] = [e for e in (_without_refused(e, refused) for e in plan.events) if e is not None]
         status["conditions"] = S.set_condition(list(status.get("conditions") or []), S.FAILED, True,
                                                S.REASON[S.FAILED], message, now)
         status.setdefault("completionTime", S.timestamp(now))
@@ -271,3 +274,17 @@ class Controller:
         # Remember what we wrote: the next reconcile must not act on the old status again.
         if updated and newer(updated, self.jobs.get(key)):
             self.jobs[key] = updated
+
+
+def _without_refused(event: Event, refused: set[str]) -> Event | None:
+    """The pass's "created ...; deleted ..." Event without the objects the apiserver refused to create."""
+    if event.reason not in ("SuccessfulCreate", "Reconciled"):
+        return event
+    parts = []
+    for part in event.message.split("; "):
+        if part.startswith("created "):
+            kept = [n for n in part[len("created "):].split(", ") if n not in refused]
+            part = "created " + ", ".join(kept) if kept else ""
+        if part:
+            parts.append(part)
+    return Event(event.type, event.reason, "; ".join(parts)) if parts else None
