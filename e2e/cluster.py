@@ -31,13 +31,14 @@ import yaml
 from e2e import build, kwok_stages, pki
 
 ALL_SCHEDULERS = ("default", "coscheduling", "volcano")  # the default set
-KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn",)  # yunikorn: optional stretch
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "koordinator")  # optional extras
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
 COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 VOLCANO_SCHEDULER_NAME = "volcano"
 YUNIKORN_SCHEDULER_NAME = "yunikorn"
+KOORDINATOR_SCHEDULER_NAME = "koord-scheduler"
 YUNIKORN_NAMESPACE = "yunikorn"
 YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster per machine
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -71,7 +72,8 @@ def default_dir() -> Path:
 def components_for(schedulers) -> list[str]:
     """Build components a cluster with these schedulers needs."""
     comps = ["kubernetes", "etcd", "kwok"]
-    extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn"}
+    extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn",
+             "koordinator": "koordinator"}
     return comps + [extra[s] for s in schedulers if s in extra]
 
 
@@ -138,7 +140,7 @@ class Cluster:
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
         c = cls(Path(dir) if dir else default_dir())
-        if c.state and c.alive_components():
+        if any(c.alive_components().values()):
             raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
         if build_missing:
             build.ensure(components_for(schedulers))
@@ -176,7 +178,8 @@ class Cluster:
         # Only delete what we created (the dir may be user-chosen).
         for sub in ("etcd", "pki", "logs", "kubeconfigs", "sa-kubeconfigs"):
             _rmtree(self.dir / sub)
-        for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml"):
+        for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml",
+                  "koordinator.yaml"):
             (self.dir / f).unlink(missing_ok=True)
         try:
             self.dir.rmdir()
@@ -259,7 +262,7 @@ class Cluster:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
                                           "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
-                                          "volcano_metrics", "volcano_healthz")}
+                                          "volcano_metrics", "volcano_healthz", "koord")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
                       "next_node": 0}
@@ -332,6 +335,8 @@ class Cluster:
             self._start_volcano(timeout)
         if "yunikorn" in schedulers:
             self._start_yunikorn(timeout)
+        if "koordinator" in schedulers:
+            self._start_koordinator(timeout)
 
         if gpu_nodes:
             self.add_gpu_nodes(gpu_nodes, gpus)
@@ -363,7 +368,10 @@ class Cluster:
         self._spawn("scheduler-plugins-scheduler", [
             build.binary("scheduler-plugins-scheduler"), "--config", self.dir / "coscheduling.yaml",
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"]])
+            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"],
+            # Coscheduling's PreFilter rejection is not requeued by a new Node, so a gang waiting
+            # for capacity only retries after this (default 5 min): keep tests and the demo brisk.
+            "--pod-max-in-unschedulable-pods-duration", "10s"])
         self._wait_http("scheduler-plugins-scheduler", f"https://127.0.0.1:{p['cosched']}/healthz", timeout)
         self._spawn("scheduler-plugins-controller", [
             build.binary("scheduler-plugins-controller"),
@@ -401,6 +409,27 @@ class Cluster:
             "NAMESPACE": YUNIKORN_NAMESPACE})
         self._wait_http("yunikorn-scheduler",
                         f"http://127.0.0.1:{YUNIKORN_WEB_PORT}/ws/v1/scheduler/healthcheck", timeout)
+
+    def _start_koordinator(self, timeout: float) -> None:
+        src = build.module_dir("koordinator", "github.com/koordinator-sh/koordinator")
+        self._install_crds(sorted((src / "config/crd/bases").glob("*.yaml")), timeout)
+        kc, port = self.dir / "kubeconfigs" / "koordinator.kubeconfig", self.state["ports"]["koord"]
+        gang = [{"name": "Coscheduling"}]
+        conf = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False}, "clientConnection": {"kubeconfig": str(kc)},
+            # Only koordinator's gang plugin on top of the in-tree defaults:
+            # annotations gang.scheduling.koordinator.sh/{name,min-available,...}.
+            "profiles": [{"schedulerName": KOORDINATOR_SCHEDULER_NAME, "plugins": {
+                p: {"enabled": gang} for p in
+                ("preEnqueue", "preFilter", "postFilter", "reserve", "permit", "postBind")}}],
+        }
+        (self.dir / "koordinator.yaml").write_text(yaml.safe_dump(conf))
+        self._spawn("koord-scheduler", [
+            build.binary("koord-scheduler"), "--config", self.dir / "koordinator.yaml",
+            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--bind-address", "127.0.0.1", "--secure-port", port])
+        self._wait_http("koord-scheduler", f"https://127.0.0.1:{port}/healthz", timeout)
 
     def open_volcano_queue(self, name: str) -> None:
         """Mark a Volcano Queue Open. vc-controller-manager normally does this;
@@ -445,6 +474,7 @@ class Cluster:
             "scheduler-plugins": "/O=system:masters/CN=tfop-e2e-scheduler-plugins",
             "volcano": "/O=system:masters/CN=tfop-e2e-volcano",
             "yunikorn": "/O=system:masters/CN=tfop-e2e-yunikorn",
+            "koordinator": "/O=system:masters/CN=tfop-e2e-koordinator",
         }
         for name, subj in idents.items():
             pki.make_cert(d, name, subj)
