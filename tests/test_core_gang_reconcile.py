@@ -403,6 +403,50 @@ def test_gang_since_kept_while_waiting():
     assert plan.status["gang"]["since"] == ago(30)
 
 
+# -- touching an unschedulable gang's group (scheduler-plugins retries it only on a group change) ----------------
+RETRY = "tfop.kubeflow.org/gang-retry"
+
+
+def _unschedulable(name, waited, touched=None):
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(waited),
+                      gang={"backend": name, "group": "tf-job", "since": ago(waited)})
+    group = group_of(desired_group(name), phase="Scheduling" if name == "scheduler-plugins" else "Inqueue")
+    if touched is not None:
+        group["metadata"]["annotations"] = {**group["metadata"].get("annotations", {}), RETRY: ago(touched)}
+    pods = gang_pods(job, name, phase="Pending",
+                     **{k: dict(unschedulable=POD_MESSAGE) for k in ("ps_0", "worker_0", "worker_1")})
+    return run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx(name))
+
+
+# (backend, waited since the gang began waiting, seconds since the last touch, touch now?, requeue after)
+TOUCH_TABLE = [
+    ("scheduler-plugins", 10, None, False, 20),
+    ("scheduler-plugins", 30, None, True, 30),
+    ("scheduler-plugins", 95, 12, False, 18),
+    ("scheduler-plugins", 95, 31, True, 30),
+    ("volcano", 95, None, False, None),  # Volcano retries every scheduling period by itself
+    ("kube-arbitrator", 95, None, False, None),
+]
+
+
+@pytest.mark.parametrize("name,waited,touched,touch,requeue", TOUCH_TABLE)
+def test_unschedulable_gang_group_touched(name, waited, touched, touch, requeue):
+    plan = _unschedulable(name, waited, touched)
+    patches = [(ref.kind, ref.name, patch) for ref, patch in plan.patch]
+    assert patches == ([("PodGroup", "tf-job", {"metadata": {"annotations": {RETRY: NOW_S}}})] if touch else [])
+    assert plan.requeue_after == requeue
+    assert plan.delete == [] and plan.create == []
+
+
+def test_running_gang_group_not_touched():
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(95),
+                      gang={"backend": "scheduler-plugins", "group": "tf-job", "since": ago(95)})
+    group = group_of(desired_group("scheduler-plugins"), phase="Running")
+    plan = run(job, Observed(pods=gang_pods(job, "scheduler-plugins"), services=all_services(job), group=group),
+               ctx=ctx("scheduler-plugins"))
+    assert plan.patch == []
+
+
 # -- invalid gangs --------------------------------------------------------------------------------------------------
 def test_mixed_priorities_fail_invalid_gang():
     job = model(tfjob({"PS": rspec(template=pod_template(priorityClassName="high")),

@@ -44,6 +44,8 @@ ANNOTATION_GANG_RESTART = "tfop.kubeflow.org/gang-restart"
 ANNOTATION_ON_SCHEDULE_TIMEOUT = "tfop.kubeflow.org/on-schedule-timeout"
 # Stamped on pods so a restart of the whole gang can be told from a single pod's.
 ANNOTATION_GANG_GENERATION = "tfop.kubeflow.org/gang-generation"
+# Set on a waiting gang's group object to make the scheduler retry it (GangBackend.retry_touch_seconds).
+ANNOTATION_GANG_RETRY = "tfop.kubeflow.org/gang-retry"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from tfop.gang.base import GangBackend, GangShape, GangState
 from tfop.model import (
     ANNOTATION_GANG_GENERATION,
     ANNOTATION_GANG_RESTART,
+    ANNOTATION_GANG_RETRY,
     ANNOTATION_ON_SCHEDULE_TIMEOUT,
     LABEL_INDEX,
     LABEL_TYPE,
@@ -228,6 +229,8 @@ class _Reconcile:
             gang["message"] = state.message or f"{running}/{shape.min_member} gang members running"
             gang["since"] = previous.get("since") or S.timestamp(self.now)
         self.status["gang"] = gang
+        if waiting and gang["reason"] == "Unschedulable":
+            self.touch_group(gang["since"])
         timeout = shape.schedule_timeout_seconds
         waited = self.elapsed_since(gang.get("since"))
         if not waiting or not timeout or waited is None:
@@ -246,6 +249,25 @@ class _Reconcile:
         self.fail(f"TFJob {self.id} failed: {why}", reason="GangScheduleTimeout")
         self.stop_active_pods()
         return False
+
+    def touch_group(self, since: str) -> None:
+        """Annotate the group of an unschedulable gang every retry_touch_seconds, for
+        schedulers that look at a rejected gang again only when its group changes."""
+        backend, group = self.ctx.backend, self.obs.group
+        every = backend.retry_touch_seconds
+        if not every or group is None or group["metadata"].get("deletionTimestamp"):
+            return
+        last = (group["metadata"].get("annotations") or {}).get(ANNOTATION_GANG_RETRY)
+        try:
+            waited = self.elapsed_since(last or since)
+        except ValueError:  # someone wrote a malformed stamp: touch again
+            waited = None
+        if waited is not None and waited < every:
+            self.plan.requeue(every - waited)
+            return
+        self.plan.patch.append((Ref.of(group, backend.group_resource.plural),
+                                {"metadata": {"annotations": {ANNOTATION_GANG_RETRY: S.timestamp(self.now)}}}))
+        self.plan.requeue(every)
 
     # -- children --------------------------------------------------------------
     def ensure_services(self) -> None:

@@ -73,6 +73,9 @@ class GangBackend(ABC):
     crds: ClassVar[tuple[str, ...]] = ()
     # Extra ClusterRole rules the operator needs for this backend.
     rbac_rules: ClassVar[tuple[Mapping[str, Any], ...]] = ()
+    # For schedulers that retry a rejected gang only when its group object changes: touch
+    # (annotate) the group this often while the gang is unschedulable. None: never touch.
+    retry_touch_seconds: ClassVar[float | None] = None
 
     def __init__(self, scheduler_name: str | None = None):
         self.scheduler_name = scheduler_name or self.default_scheduler_name

@@ -23,6 +23,10 @@ class SchedulerPluginsBackend(GangBackend):
     group_resource = PODGROUP
     crds = ("podgroups.scheduling.x-k8s.io",)
     rbac_rules = group_rules(PODGROUP)
+    # Coscheduling requeues pods it rejected on a PodGroup add/update or a new pod only, not
+    # when nodes join or other jobs' pods go away; without a touch such a gang waits for the
+    # scheduler's flush of unschedulable pods (5 minutes) after room appeared.
+    retry_touch_seconds = 30
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
         if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
