@@ -44,6 +44,13 @@ def reasons(env: Env, job: str) -> list[tuple[str, str]]:
     return [(e["type"], e["reason"]) for e in env.events(job)]
 
 
+def flags(job) -> list[tuple[str, str]]:
+    return [(c["type"], c["status"]) for c in conditions(job)]
+
+
+PLAIN_SUCCESS = [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
+
+
 def assert_succeeded_shape(env: Env, name: str, job: dict) -> None:
     """What the SDK's is_job_succeeded / get_job_conditions expect of a finished job."""
     msg = env.msg(name)
@@ -71,6 +78,7 @@ def test_success_through_worker0_and_clean_pod_policy(env, policy):
     env.mark_exit(f"{name}-worker-0", 0)
     job = env.wait_condition(name, "Succeeded")
     assert_succeeded_shape(env, name, job)
+    assert flags(job) == PLAIN_SUCCESS, (summary(job), env.msg(name))
 
     if policy == "Running":
         # Still-running PS and worker-1 (and their services) go; the succeeded worker-0 stays.
@@ -100,6 +108,7 @@ def test_success_through_chief(env):
     env.mark_exit(f"{name}-chief-0", 0)
     job = env.wait_condition(name, "Succeeded")
     assert_succeeded_shape(env, name, job)
+    assert flags(job) == PLAIN_SUCCESS, (summary(job), env.msg(name))
     assert job["status"]["replicaStatuses"]["Chief"]["succeeded"] == 1, env.msg(name)
 
 
@@ -113,7 +122,7 @@ def test_failure_never(env):
     failed = condition(job, "Failed")
     assert failed["reason"] == "TFJobFailed", env.msg(name)
     assert "Worker" in failed["message"] and f"{name}-worker-1" in failed["message"], env.msg(name)
-    assert types(job)[-1] == "Failed" and not is_true(job, "Running"), (summary(job), env.msg(name))
+    assert flags(job) == [("Created", "True"), ("Running", "False"), ("Failed", "True")], (summary(job), env.msg(name))
     assert job["status"].get("completionTime"), env.msg(name)
     assert job["status"]["replicaStatuses"]["Worker"]["failed"] == 1, env.msg(name)
     assert ("Warning", "TFJobFailed") in reasons(env, name), env.msg(name)
