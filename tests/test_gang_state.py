@@ -108,6 +108,17 @@ SCHEDULER_PLUGINS = [
 ]
 
 
+ECHO = "0/1 nodes are available: 1 optimistic rejection in PostFilter."
+CAUSE = ("0/6 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) didn't match Pod's node "
+         "affinity/selector. PodGroup ns/tf-job gets rejected due to Pod tf-job-worker-1 is unschedulable "
+         "even after PostFilter")
+SCHEDULER_PLUGINS.append(  # seed 003 on the real scheduler: 4 echoes, 1 cause; the cause is shown
+    (group("Scheduling"), [pod(ECHO), pod(ECHO), pod(CAUSE), pod("0/1 nodes are available: 1 rejection in "
+                                                                   "Unreserve."), pod(ECHO)],
+     GangState(True, "Scheduling", "Unschedulable",
+               f"PodGroup is Scheduling; 5/5 pods unschedulable: {CAUSE} (and 2 other reasons)")))
+
+
 @pytest.mark.parametrize("observed,pods,expected", SCHEDULER_PLUGINS)
 def test_scheduler_plugins_state(observed, pods, expected):
     assert SchedulerPluginsBackend().state(observed, pods) == expected

@@ -54,17 +54,20 @@ def _unschedulable(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pending_reason(pods: list[Mapping[str, Any]]) -> tuple[str, str]:
+def pending_reason(pods: list[Mapping[str, Any]], echoes: tuple[str, ...] = ()) -> tuple[str, str]:
     """("Unschedulable", "N/M pods unschedulable: <scheduler's message>") or ("", "").
 
     Gang schedulers write the same verdict on every member, so the most common
     message is the gang's; others are counted, not listed, to keep it one line.
+    Messages containing one of `echoes` only repeat that a sibling was rejected
+    (Coscheduling's "optimistic rejection in PostFilter"): any other message,
+    the one saying why, goes first.
     """
     messages = [m for m in (_unschedulable(p) for p in pods) if m is not None]
     if not messages:
         return "", ""
     counts = Counter(messages)
-    top = max(counts, key=lambda m: (counts[m], -messages.index(m)))
+    top = max(counts, key=lambda m: (not any(e in m for e in echoes), counts[m], -messages.index(m)))
     text = f"{len(messages)}/{len(pods)} pods unschedulable: {top}"
     if len(counts) > 1:
         text += f" (and {len(counts) - 1} other reason{'s' if len(counts) > 2 else ''})"
@@ -83,9 +86,9 @@ def phase_of(group: Mapping[str, Any] | None) -> str:
 
 
 def with_pods(admitted: bool, phase: str, reason: str, message: str,
-              pods: list[Mapping[str, Any]]) -> GangState:
+              pods: list[Mapping[str, Any]], echoes: tuple[str, ...] = ()) -> GangState:
     """Join the group's own verdict with the pods' PodScheduled messages."""
-    pod_reason, pod_message = pending_reason(pods)
+    pod_reason, pod_message = pending_reason(pods, echoes)
     messages = [m for m in (message, pod_message) if m]
     return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason,
                      message="; ".join(messages))

@@ -12,6 +12,9 @@ from tfop.model import ReplicaSpec, TFJob
 PODGROUP = GroupResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 _COUNTS = ("scheduled", "running", "succeeded", "failed")
+# What Coscheduling writes on the members it rejects because a sibling did not fit
+# (waitingPod.Reject in PostFilter and Unreserve): the sibling's message says why.
+REJECTION_ECHOES = ("rejection in PostFilter", "rejection in Unreserve")
 
 
 class SchedulerPluginsBackend(GangBackend):
@@ -49,4 +52,4 @@ class SchedulerPluginsBackend(GangBackend):
         counts = [f"{status[k]} {k}" for k in _COUNTS if status.get(k)]
         if message and counts:
             message += f" ({', '.join(counts)})"
-        return with_pods(True, phase, "", message, pods)
+        return with_pods(True, phase, "", message, pods, REJECTION_ECHOES)
