@@ -46,6 +46,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
     "volcano": {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler"},
     # Optional (not built unless asked for or a cluster needs it).
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
+    "koordinator": {"koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler"},
     "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
 }
 DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano"]
