@@ -150,6 +150,12 @@ class Bench:
         if operator:
             await admin.wait_idle(quiet=1.0, timeout=30)
 
+        spy = None
+        if pid and os.environ.get("TFOP_BENCH_PYSPY") and label == "tfop":
+            # Profile the burst: collapsed stacks (py-spy --format raw) next to the results.
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+                                    "--nonblocking", "-o", str(self.log_dir / f"pyspy-{ns}.txt")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         clock = PodClock(admin.client, ns, J * self.pods_per_job)
         watch = asyncio.create_task(clock.run())
         await clock.ready.wait()
@@ -171,6 +177,9 @@ class Bench:
         await asyncio.gather(watch, return_exceptions=True)
         last, m1, idle = await admin.wait_idle(quiet=2.0, timeout=120, since=t_end)
         s1 = proc_stats(pid) if pid else None
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(timeout=30)
 
         per_job: dict[str, float] = {}
         count: Counter = Counter()
@@ -256,6 +265,8 @@ class TfopProcess(OperatorProcess):
     def start(self, deploy: bool = True) -> "TfopProcess":
         if deploy:
             deploy_manifests(self.cluster, self.gang)
+        # A fresh log per start: wait_started looks for "caches synced" in it.
+        self.log_path = self.log_dir / f"tfop-{'-'.join(self.namespaces)}-{int(time.time() * 1000)}.log"
         log = open(self.log_path, "ab")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
