@@ -165,30 +165,36 @@ class PodClock:
 
 # -- submitters -------------------------------------------------------------------------------
 
-async def submit_tfjobs(client: KubeClient, jobs: list[dict]) -> dict[str, float]:
+async def submit_tfjobs(client: KubeClient, jobs: list[dict], limit: int = 128) -> dict[str, float]:
     """Create every TFJob at once; returns job name -> monotonic time its POST was sent."""
     sent: dict[str, float] = {}
+    sem = asyncio.Semaphore(limit)  # the request timeout must not count the wait for a connection
 
     async def one(job: dict) -> None:
-        sent[job["metadata"]["name"]] = time.monotonic()
-        await client.create(job, "tfjobs")
+        async with sem:
+            sent[job["metadata"]["name"]] = time.monotonic()
+            await client.create(job, "tfjobs")
 
     await asyncio.gather(*(one(j) for j in jobs))
     return sent
 
 
-async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]]) -> dict[str, float]:
+async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]], limit: int = 128) -> dict[str, float]:
     """The raw client: per job, the group object first, then its pods and services together;
     all jobs at once."""
     plural = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
     sent: dict[str, float] = {}
+    sem = asyncio.Semaphore(limit)  # the request timeout must not count the wait for a connection
+
+    async def create(obj: dict) -> None:
+        async with sem:
+            sent.setdefault(obj["metadata"]["labels"][LABEL_JOB], time.monotonic())
+            await client.create(obj, plural[obj["kind"]])
 
     async def one(name: str, objects: list[dict]) -> None:
-        sent[name] = time.monotonic()
-        groups = [o for o in objects if o["kind"] == "PodGroup"]
-        for g in groups:
-            await client.create(g, "podgroups")
-        await asyncio.gather(*(client.create(o, plural[o["kind"]]) for o in objects if o["kind"] != "PodGroup"))
+        for g in [o for o in objects if o["kind"] == "PodGroup"]:
+            await create(g)
+        await asyncio.gather(*(create(o) for o in objects if o["kind"] != "PodGroup"))
 
     await asyncio.gather(*(one(n, objs) for n, objs in rendered.items()))
     return sent
