@@ -280,6 +280,7 @@ class UpstreamProcess:
 
     def start(self, timeout: float = 90) -> "UpstreamProcess":
         self.prepare()
+        self.log_path = self.log_path.with_name(f"upstream-{self.namespace}-{int(time.time() * 1000)}.log")
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "MY_POD_NAMESPACE": self.namespace}
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
