@@ -27,8 +27,9 @@ OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # change (finished, failed, restarting, suspended, restart counts, gang state) is written at once.
 STATUS_QUIET = 1.0
 STATUS_MAX_DELAY = 5.0
+# startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
 PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
-                   "startTime", "observedGeneration"}
+                   "observedGeneration"}
 PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
 
 
