@@ -11,11 +11,18 @@
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import requests
@@ -23,7 +30,7 @@ import yaml
 
 from e2e.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
 from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
-from e2e.tfop_operator import OperatorProcess
+from e2e.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
 from tests.seeds import seed_jobs
 
 POOL_LABEL = "tfop.test/pool"
@@ -314,8 +321,8 @@ def group_waiting(api: Api, backend: str, job: dict) -> dict:
 
 
 @contextlib.contextmanager
-def operator(cluster, ns: str, gang: str | None, extra_args: list[str] | None = None):
-    op = OperatorProcess(cluster, [ns], gang_scheduler_name=gang, extra_args=extra_args).start()
+def operator(cluster, ns: str, gang: str | None):
+    op = ScopedOperator(cluster, [ns], gang).start()
     try:
         yield op
     except BaseException as e:
@@ -331,3 +338,114 @@ def condition(job_obj: dict | None, ctype: str) -> dict | None:
         if c.get("type") == ctype and c.get("status") == "True":
             return c
     return None
+
+
+# ---------------------------------------------------------------------------- concurrent operators
+
+_deployed: set[str] = set()
+_deploy_lock = threading.Lock()
+
+
+class ScopedOperator(OperatorProcess):
+    """OperatorProcess whose ServiceAccount, ClusterRole and ClusterRoleBinding are
+    named after its backend (`tfop-<backend>`), holding exactly the rules `tfop
+    manifests` renders for that backend. The stock names (`tfop`) hold one backend's
+    rules at a time, so operators of different backends could not run at once."""
+
+    def __init__(self, cluster, namespaces: list[str], gang: str | None):
+        super().__init__(cluster, namespaces, gang_scheduler_name=gang)
+        self.account = f"tfop-{gang or 'off'}"
+
+    def deploy(self) -> None:
+        from tfop.manifests import render_manifests
+
+        with _deploy_lock:
+            if self.account in _deployed:
+                return
+            objs = []
+            for o in render_manifests(enable_gang=bool(self.gang), gang_scheduler_name=self.gang):
+                if o["kind"] == "Deployment":
+                    continue
+                if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+                    o["metadata"]["name"] = self.account
+                if o["kind"] == "ClusterRoleBinding":
+                    o["roleRef"]["name"] = self.account
+                    for s in o["subjects"]:
+                        s["name"] = self.account
+                objs.append(o)
+            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                                 input=yaml.safe_dump_all(objs))
+            wait_established(self.cluster, "tfjobs.kubeflow.org")
+            _deployed.add(self.account)
+
+    def args(self) -> list[str]:
+        token = self.cluster.kubectl("create", "token", self.account, "-n", OPERATOR_NAMESPACE,
+                                     "--duration=2h").stdout.strip()
+        kc = self.log_path.with_suffix(".kubeconfig")
+        kc.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": self.cluster.server,
+                                                   "certificate-authority": str(self.cluster.pki / "ca.crt")}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "current-context": "c"}))
+        kc.chmod(0o600)
+        args = [sys.executable, "-m", "tfop.cli", "run", "--liveness", "", "--kubeconfig", str(kc)]
+        for ns in self.namespaces:
+            args += ["--namespace", ns]
+        if self.gang:
+            args += ["--enable-gang-scheduling", "--gang-scheduler-name", self.gang]
+        return args + self.extra_args
+
+    def start(self) -> "ScopedOperator":
+        self.deploy()
+        log = open(self.log_path, "ab")
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        cwd=Path(__file__).resolve().parents[2], start_new_session=True)
+        log.close()
+        self.wait_started(timeout=60)
+        return self
+
+
+# ---------------------------------------------------------------------------- concurrent scenarios
+
+
+def new_namespace(cluster, test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_until(lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+               30, f"default ServiceAccount in {name}")
+    return name
+
+
+class Runner:
+    """Runs the selected scenarios of a module on a few threads at once; each test
+    item then waits for, and re-raises, the outcome of its own scenario. Every
+    scenario still gets its own namespace, operator process and nodes."""
+
+    def __init__(self, cluster, items, bodies: dict[str, Callable], workers: int):
+        self.cluster, self.api = cluster, Api(cluster)
+        self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="scenario")
+        self.futures: dict[str, concurrent.futures.Future] = {}
+        self.took: dict[str, float] = {}
+        for item in items:
+            params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
+            body = bodies[item.originalname]
+            self.futures[item.nodeid] = self.executor.submit(self._run, item.nodeid, item.name, body, params)
+
+    def _run(self, nodeid: str, name: str, body: Callable, params: dict) -> None:
+        t0 = time.monotonic()
+        ns = new_namespace(self.cluster, name)
+        try:
+            body(self.cluster, self.api, ns, **params)
+        finally:
+            self.took[nodeid] = time.monotonic() - t0
+            self.cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+    def result(self, nodeid: str) -> float:
+        self.futures[nodeid].result()
+        return self.took[nodeid]
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)

@@ -21,7 +21,7 @@ from e2e.tests.gang_helpers import (
     POLL,
     POOL_LABEL,
     SCHEDULER_OF,
-    Api,
+    Runner,
     all_running,
     condition,
     expected_pods,
@@ -43,9 +43,14 @@ pytestmark = pytest.mark.cluster
 REAL_GANGS = ["volcano", "scheduler-plugins"]
 
 
-@pytest.fixture
-def api(cluster) -> Api:
-    return Api(cluster)
+WORKERS = 6  # scenarios at once: most of their time is spent watching gangs wait
+BODIES = {}
+
+
+def scenario(fn):
+    """A scenario's body, run by the module's Runner; `test_<name>` waits for its outcome."""
+    BODIES[f"test_{fn.__name__}"] = fn
+    return fn
 
 
 def gang_status(api: Api, ns: str, name: str) -> dict:
@@ -67,7 +72,8 @@ def seed003(ns, p):
     return prepare_job(seed("003-0"), ns, p)
 
 
-def test_seed003_without_gang_half_runs(cluster, api, namespace):
+@scenario
+def seed003_without_gang_half_runs(cluster, api, namespace):
     """ACK's table without gang: PS + 2 workers Running, 2 workers Pending, GPUs held idle."""
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(2, gpus=2)
@@ -89,8 +95,8 @@ def test_seed003_without_gang_half_runs(cluster, api, namespace):
         assert_no_group_objects(api, namespace)
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, backend):
+@scenario
+def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, backend):
     """ACK's table with gang: all 5 Pending on 4 GPUs; add 4 GPUs -> all 5 Running."""
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(2, gpus=2)
@@ -110,7 +116,7 @@ def test_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namesp
         def explained():
             gang = gang_status(api, namespace, name)
             msg = gang.get("message", "").lower()
-            return gang if ("unschedulable" in msg or "insufficient nvidia.com/gpu" in msg) else None
+            return gang if ("unschedulable" in msg and "insufficient nvidia.com/gpu" in msg) else None
         gang = wait_until(explained, 20, "status.gang explaining the wait",
                           lambda: gang_status(api, namespace, name))
         assert gang["backend"] == backend and gang["group"] == name
@@ -133,7 +139,8 @@ def seed004_jobs(ns, p):
     return job1, job2
 
 
-def test_seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
+@scenario
+def seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(4, gpus=1)
         job1, job2 = seed004_jobs(namespace, p)
@@ -149,8 +156,8 @@ def test_seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
         assert all_running(api, job1)
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, backend):
+@scenario
+def seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, backend):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(4, gpus=1)
         job1, job2 = seed004_jobs(namespace, p)
@@ -175,8 +182,8 @@ def test_seed004_gang_second_job_waits_until_first_finishes(cluster, api, namesp
 # ------------------------------------------------------------------ 3. seeds 000-002: N pods, N-2 fit
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend):
+@scenario
+def gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(2, gpus=1)
         # Seed 002's job (Worker 1 GPU, PS cpu) with 4 workers: N=5, and PS + 2 workers (N-2) fit.
@@ -189,31 +196,43 @@ def test_gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, ba
 # ------------------------------------------------------------------ 4. two jobs, each fits alone
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_two_gangs_never_split_capacity(cluster, api, namespace, backend):
+@scenario
+def two_gangs_never_split_capacity(cluster, api, namespace, backend):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(4, gpus=1)
         base = seed("002-0")
         jobs = [prepare_job(base, namespace, p, name=n, replicas={"Worker": 3}) for n in ("gang-a", "gang-b")]
         submit(cluster, *jobs)  # at once
-        samples = []
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        # Binding is one API call per pod, so a gang the scheduler has committed shows up
+        # bound pod by pod over a few hundred ms. What must never happen: a job holding
+        # some but not all of its GPUs for longer than that, or the job that waits ever
+        # holding any.
+        in_flight = 3.0
+        partial_since: dict[str, float] = {}
+        ever_bound: dict[str, float] = {}
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 15:
+            now = time.monotonic() - t0
             pods = api.pods(namespace)
-            bound = {j["metadata"]["name"]: {p["metadata"]["name"] for p in pods
-                                             if p["spec"].get("nodeName")
-                                             and not p["metadata"].get("deletionTimestamp")}
-                     & set(gpu_pods(j)) for j in jobs}
-            samples.append(bound)
             for j in jobs:
                 n, want = j["metadata"]["name"], set(gpu_pods(j))
-                assert bound[n] in (set(), want), \
-                    f"{n} has {len(bound[n])}/{len(want)} GPU pods bound after {len(samples) * POLL:.1f}s: {bound}"
+                bound = {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")
+                         and not p["metadata"].get("deletionTimestamp")} & want
+                if bound:
+                    ever_bound.setdefault(n, now)
+                if bound and bound != want:
+                    since = partial_since.setdefault(n, now)
+                    assert now - since <= in_flight, \
+                        f"{n} has held {len(bound)}/{len(want)} GPU pods since {since:.1f}s (now {now:.1f}s): {bound}"
+                else:
+                    partial_since.pop(n, None)
             time.sleep(POLL)
+        assert not partial_since, f"a job still holds part of its GPUs: {partial_since}"
         running = [j for j in jobs if all_running(api, j)]
         assert len(running) == 1, {j["metadata"]["name"]: phases(api, namespace, j["metadata"]["name"])
                                    for j in jobs}
         waiting = next(j for j in jobs if j is not running[0])
+        assert waiting["metadata"]["name"] not in ever_bound, f"the waiting job held GPUs: {ever_bound}"
         assert all(v == "Pending" for v in phases(api, namespace, waiting["metadata"]["name"]).values())
 
 
@@ -227,9 +246,8 @@ def restart_job(ns, p, exit_code_policy: bool):
     return job
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
-@pytest.mark.parametrize("how", ["delete-pod", "exit-137"])
-def test_gang_restart_recreates_every_member(cluster, api, namespace, backend, how):
+@scenario
+def gang_restart_recreates_every_member(cluster, api, namespace, backend, how):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(2, gpus=1)
         job = restart_job(namespace, p, exit_code_policy=how == "exit-137")
@@ -270,7 +288,8 @@ def test_gang_restart_recreates_every_member(cluster, api, namespace, backend, h
 # ------------------------------------------------------------------ 6. schedule timeout
 
 
-def test_schedule_timeout_fails_the_job(cluster, api, namespace):
+@scenario
+def schedule_timeout_fails_the_job(cluster, api, namespace):
     backend = "volcano"
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(1, gpus=1)
@@ -364,8 +383,8 @@ def check_group(backend: str, job: dict, obj: dict, grp: dict) -> None:
         assert grp["spec"]["minMember"] == total, grp["spec"]
 
 
-@pytest.mark.parametrize("backend", list(APISERVER_ONLY))
-def test_backend_objects_against_apiserver(cluster, api, namespace, backend):
+@scenario
+def backend_objects_against_apiserver(cluster, api, namespace, backend):
     seed_id, keep_scheduler, scheduler = APISERVER_ONLY[backend]
     if backend == "kube-batch":
         cluster.apply(KUBE_BATCH_CRD)
@@ -415,7 +434,8 @@ def test_backend_objects_against_apiserver(cluster, api, namespace, backend):
 # ------------------------------------------------------------------ 8. gang scheduling off
 
 
-def test_without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespace):
+@scenario
+def without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespace):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(1, gpus=1)
         job = prepare_job(seed("002-0"), namespace, p)
@@ -430,3 +450,74 @@ def test_without_gang_scheduling_no_group_and_default_scheduler(cluster, api, na
                            for k in meta.get("labels") or {})
         assert_no_group_objects(api, namespace)
         assert "gang" not in (api.tfjob(namespace, name).get("status") or {})
+
+
+# ------------------------------------------------------------------ the tests: each waits for its scenario
+
+# Longest first, so the concurrent run ends soon after the longest one.
+ORDER = ["test_seed004_gang_second_job_waits_until_first_finishes", "test_seed003_gang_waits_whole_then_runs_when_gpus_added",
+         "test_backend_objects_against_apiserver", "test_two_gangs_never_split_capacity",
+         "test_gang_restart_recreates_every_member", "test_seed004_without_gang_second_job_partly_runs",
+         "test_gang_of_n_where_n_minus_2_fit_stays_pending", "test_seed003_without_gang_half_runs",
+         "test_schedule_timeout_fails_the_job", "test_without_gang_scheduling_no_group_and_default_scheduler"]
+
+
+@pytest.fixture(scope="module")
+def runner(cluster, request):
+    items = [i for i in request.session.items if i.module is request.module]
+    items.sort(key=lambda i: ORDER.index(i.originalname))
+    r = Runner(cluster, items, BODIES, workers=WORKERS)
+    yield r
+    r.close()
+
+
+def outcome(runner, request) -> None:
+    took = runner.result(request.node.nodeid)
+    request.node.user_properties.append(("scenario_seconds", round(took, 1)))
+
+
+def test_seed003_without_gang_half_runs(runner, request):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request, backend):
+    outcome(runner, request)
+
+
+def test_seed004_without_gang_second_job_partly_runs(runner, request):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_seed004_gang_second_job_waits_until_first_finishes(runner, request, backend):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_gang_of_n_where_n_minus_2_fit_stays_pending(runner, request, backend):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_two_gangs_never_split_capacity(runner, request, backend):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", REAL_GANGS)
+@pytest.mark.parametrize("how", ["delete-pod", "exit-137"])
+def test_gang_restart_recreates_every_member(runner, request, backend, how):
+    outcome(runner, request)
+
+
+def test_schedule_timeout_fails_the_job(runner, request):
+    outcome(runner, request)
+
+
+@pytest.mark.parametrize("backend", list(APISERVER_ONLY))
+def test_backend_objects_against_apiserver(runner, request, backend):
+    outcome(runner, request)
+
+
+def test_without_gang_scheduling_no_group_and_default_scheduler(runner, request):
+    outcome(runner, request)
