@@ -368,10 +368,9 @@ class Cluster:
         self._spawn("scheduler-plugins-scheduler", [
             build.binary("scheduler-plugins-scheduler"), "--config", self.dir / "coscheduling.yaml",
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"],
-            # Coscheduling's PreFilter rejection is not requeued by a new Node, so a gang waiting
-            # for capacity only retries after this (default 5 min): keep tests and the demo brisk.
-            "--pod-max-in-unschedulable-pods-duration", "10s"])
+            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"]])
+        # Scheduler defaults left as shipped: Coscheduling re-tries a rejected gang only when its
+        # PodGroup changes (or after 5 min), which tfop's gang-retry touch must handle, as in production.
         self._wait_http("scheduler-plugins-scheduler", f"https://127.0.0.1:{p['cosched']}/healthz", timeout)
         self._spawn("scheduler-plugins-controller", [
             build.binary("scheduler-plugins-controller"),
