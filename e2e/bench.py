@@ -388,9 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pods = args.jobs * sum(parse_replicas(args.replicas).values())
     nodes = args.nodes or max(2, math.ceil(pods / 500))
+    created = False
     if args.dir and (Path(args.dir) / "state.json").exists():
         cluster = Cluster.attach(args.dir)
     else:
+        created = True
         d = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tfop-bench-"))
         print(f"[bench] starting cluster in {d}", flush=True)
         cluster = Cluster.up(d, gpu_nodes=0, schedulers=GANG_SCHEDULERS[args.gang])
@@ -400,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = Bench(cluster, args)
     t = time.time()
-    results = asyncio.run(bench.run(rows))
+    try:
+        results = asyncio.run(bench.run(rows))
+    finally:
+        if created and not args.dir:
+            cluster.down()  # a throw-away cluster goes with us; one in --dir stays for the next run
     stem = args.name or f"bench-J{args.jobs}-{args.gang}"
     meta = {
         "command": "python -m e2e.bench " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -49,8 +49,11 @@ def wait_pod(kubectl, ns: str, name: str, phases: tuple[str, ...], timeout: floa
 
 
 def test_fake_gpu_nodes(kubectl):
-    nodes = kubectl.json("get", "nodes", "-l", f"{NODE_LABEL}={NODE_LABEL_VALUE}")["items"]
-    assert len(nodes) >= 4
+    # The session's own nodes: other tests add (and remove) nodes of other shapes.
+    session_nodes = {f"tfop-gpu-{i}" for i in range(4)}
+    nodes = [n for n in kubectl.json("get", "nodes", "-l", f"{NODE_LABEL}={NODE_LABEL_VALUE}")["items"]
+             if n["metadata"]["name"] in session_nodes]
+    assert len(nodes) == 4
     for n in nodes:
         assert n["status"]["capacity"][GPU_RESOURCE] == "1"
         assert n["status"]["allocatable"]["memory"] == "256Gi"
