@@ -319,8 +319,8 @@ class _Reconcile:
             detail = ", ".join(P.failure_summary(p) for _, p in fatal)
             self.fail(f"TFJob {self.id} has failed because {len(fatal)} {'/'.join(kinds)} replica(s) failed: {detail}.")
             return False
-        if self.kubelet_restarts() > (self.job.run_policy.backoff_limit if self.job.run_policy.backoff_limit
-                                      is not None else float("inf")):
+        limit = self.job.run_policy.backoff_limit
+        if limit is not None and self.kubelet_restarts() > limit:
             return self.out_of_budget("its containers restarted")
         lost = self.lost_members() if shape is not None else []
         if not restartable and not lost:
