@@ -46,7 +46,8 @@ GROUP_APIS = {
     "kube-batch": ("/apis/scheduling.incubator.k8s.io/v1alpha1", "podgroups"),
     "kube-arbitrator": ("/apis/policy/v1", "poddisruptionbudgets"),
 }
-SCHEDULER_OF = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
+SCHEDULER_OF = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler",
+                "koordinator": "koord-scheduler"}
 
 
 def seed(seed_id: str) -> dict:
@@ -321,8 +322,8 @@ def group_waiting(api: Api, backend: str, job: dict) -> dict:
 
 
 @contextlib.contextmanager
-def operator(cluster, ns: str, gang: str | None):
-    op = ScopedOperator(cluster, [ns], gang).start()
+def operator(cluster, ns: str, gang: str | None, extra_args: list[str] | None = None):
+    op = ScopedOperator(cluster, [ns], gang, extra_args).start()
     try:
         yield op
     except BaseException as e:
@@ -352,8 +353,8 @@ class ScopedOperator(OperatorProcess):
     manifests` renders for that backend. The stock names (`tfop`) hold one backend's
     rules at a time, so operators of different backends could not run at once."""
 
-    def __init__(self, cluster, namespaces: list[str], gang: str | None):
-        super().__init__(cluster, namespaces, gang_scheduler_name=gang)
+    def __init__(self, cluster, namespaces: list[str], gang: str | None, extra_args: list[str] | None = None):
+        super().__init__(cluster, namespaces, gang_scheduler_name=gang, extra_args=extra_args)
         self.account = f"tfop-{gang or 'off'}"
 
     def deploy(self) -> None:

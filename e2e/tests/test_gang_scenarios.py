@@ -1,6 +1,6 @@
 """The seeds' gang scenarios, on real schedulers (Volcano, scheduler-plugins
-Coscheduling) and, for backends whose scheduler cannot run here, against the
-real apiserver.
+Coscheduling, Koordinator) and, for backends whose scheduler does not run here,
+against the real apiserver.
 
 Every test has its own namespace, its own operator process (its own
 ServiceAccount identity and the RBAC `tfop manifests` renders) and, when GPU
@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from e2e.cluster import KOORDINATOR_SCHEDULER_NAME
 from e2e.tests.gang_helpers import (
     GROUP_APIS,
     JOB_LABEL,
@@ -41,6 +42,24 @@ from e2e.tfop_operator import wait_established
 
 pytestmark = pytest.mark.cluster
 REAL_GANGS = ["volcano", "scheduler-plugins"]
+# Group-less gangs on koord-scheduler (test id -> tfop backend, extra operator args):
+# Koordinator's own annotations, and the ACK label form of seed 003
+# (pod-group.scheduling.sigs.k8s.io/{name,min-available}), which Koordinator's
+# Coscheduling plugin reads too when tfop is told to stamp its schedulerName.
+KOORD_GANGS = {
+    "koordinator": ("koordinator", []),
+    "coscheduling-on-koord": ("coscheduling", ["--scheduler-name", KOORDINATOR_SCHEDULER_NAME]),
+}
+
+
+def gang_setup(cluster, backend: str) -> tuple[str, list[str], str]:
+    """(tfop backend, extra operator args, the pods' schedulerName) of a test's backend id."""
+    if backend in KOORD_GANGS:
+        if "koordinator" not in cluster.state.get("schedulers", []):
+            pytest.skip("session cluster runs without koordinator (see TFOP_E2E_SCHEDULERS)")
+        gang, extra = KOORD_GANGS[backend]
+        return gang, extra, KOORDINATOR_SCHEDULER_NAME
+    return backend, [], SCHEDULER_OF[backend]
 
 
 WORKERS = 6  # scenarios at once: most of their time is spent watching gangs wait
@@ -98,19 +117,23 @@ def seed003_without_gang_half_runs(cluster, api, namespace):
 @scenario
 def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, backend):
     """ACK's table with gang: all 5 Pending on 4 GPUs; add 4 GPUs -> all 5 Running."""
-    with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
+    tfop_backend, extra, scheduler = gang_setup(cluster, backend)
+    with pool(cluster, api, namespace) as p, operator(cluster, namespace, tfop_backend, extra):
         p.add(2, gpus=2)
         job = seed003(namespace, p)
         submit(cluster, job)
         name = job["metadata"]["name"]
         # Volcano's enqueue action admits the PodGroup (and tfop then creates the
         # pods) from cluster-wide idle GPUs, so its pods may or may not exist yet.
-        watch_gang_waits(api, job, require_pods=backend == "scheduler-plugins")
+        watch_gang_waits(api, job, require_pods=backend != "volcano")
         for pod in api.pods(namespace, name):
-            assert pod["spec"]["schedulerName"] == SCHEDULER_OF[backend]
-        grp = api.group(backend, namespace, name)
-        assert grp is not None and grp["spec"]["minMember"] == 5
-        assert grp["spec"]["minResources"]["nvidia.com/gpu"] == "8"
+            assert pod["spec"]["schedulerName"] == scheduler
+        if backend in GROUP_APIS:
+            grp = api.group(backend, namespace, name)
+            assert grp is not None and grp["spec"]["minMember"] == 5
+            assert grp["spec"]["minResources"]["nvidia.com/gpu"] == "8"
+        else:
+            assert_no_group_objects(api, namespace)
 
         # The job's status says why, in the scheduler's words.
         def explained():
@@ -119,7 +142,7 @@ def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, 
             return gang if ("unschedulable" in msg and "insufficient nvidia.com/gpu" in msg) else None
         gang = wait_until(explained, 20, "status.gang explaining the wait",
                           lambda: gang_status(api, namespace, name))
-        assert gang["backend"] == backend and gang["group"] == name
+        assert gang["backend"] == tfop_backend and gang["group"] == name
         assert gang.get("reason"), gang
 
         p.add(2, gpus=2)
@@ -184,13 +207,16 @@ def seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, 
 
 @scenario
 def gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend):
-    with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
+    tfop_backend, extra, scheduler = gang_setup(cluster, backend)
+    with pool(cluster, api, namespace) as p, operator(cluster, namespace, tfop_backend, extra):
         p.add(2, gpus=1)
         # Seed 002's job (Worker 1 GPU, PS cpu) with 4 workers: N=5, and PS + 2 workers (N-2) fit.
         job = prepare_job(seed("002-0"), namespace, p, replicas={"Worker": 4})
         submit(cluster, job)
         assert len(expected_pods(job)) == 5
-        watch_gang_waits(api, job, require_pods=backend == "scheduler-plugins")
+        watch_gang_waits(api, job, require_pods=backend != "volcano")
+        for pod in api.pods(namespace, job["metadata"]["name"]):
+            assert pod["spec"]["schedulerName"] == scheduler
 
 
 # ------------------------------------------------------------------ 4. two jobs, each fits alone
@@ -383,6 +409,14 @@ def check_group(backend: str, job: dict, obj: dict, grp: dict) -> None:
         assert grp["spec"]["minMember"] == total, grp["spec"]
 
 
+def scheduler_runs_here(cluster, scheduler_name: str) -> bool:
+    running = cluster.state.get("schedulers", [])
+    return any(SCHEDULER_NAMES.get(s) == scheduler_name for s in running)
+
+
+SCHEDULER_NAMES = {"koordinator": KOORDINATOR_SCHEDULER_NAME, "yunikorn": "yunikorn"}
+
+
 @scenario
 def backend_objects_against_apiserver(cluster, api, namespace, backend):
     seed_id, keep_scheduler, scheduler = APISERVER_ONLY[backend]
@@ -409,7 +443,7 @@ def backend_objects_against_apiserver(cluster, api, namespace, backend):
         else:
             assert_no_group_objects(api, namespace)
 
-        if scheduler != "default-scheduler":
+        if scheduler != "default-scheduler" and not scheduler_runs_here(cluster, scheduler):
             # No such scheduler runs here: the pods wait, unbound.
             time.sleep(2)
             assert all(v == "Pending" for v in phases(api, namespace, name).values()), phases(api, namespace, name)
@@ -480,7 +514,7 @@ def test_seed003_without_gang_half_runs(runner, request):
     outcome(runner, request)
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
+@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
 def test_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request, backend):
     outcome(runner, request)
 
@@ -494,7 +528,7 @@ def test_seed004_gang_second_job_waits_until_first_finishes(runner, request, bac
     outcome(runner, request)
 
 
-@pytest.mark.parametrize("backend", REAL_GANGS)
+@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
 def test_gang_of_n_where_n_minus_2_fit_stays_pending(runner, request, backend):
     outcome(runner, request)
 
