@@ -44,12 +44,12 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "scheduler-plugins-controller": "sigs.k8s.io/scheduler-plugins/cmd/controller",
     },
     "volcano": {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler"},
+    "koordinator": {"koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler"},
     # Optional (not built unless asked for or a cluster needs it).
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
-    "koordinator": {"koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler"},
     "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
 }
-DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano"]
+DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano", "koordinator"]
 
 BINARY_COMPONENT = {b: c for c, bins in COMPONENTS.items() for b in bins}
 

@@ -1,11 +1,11 @@
 """A real local Kubernetes control plane as plain processes on 127.0.0.1.
 
 etcd, kube-apiserver (RBAC), kube-controller-manager, kube-scheduler, kwok
-(fake GPU nodes) and optional batch schedulers (scheduler-plugins
-Coscheduling, Volcano), all built by e2e.build.
+(fake GPU nodes) and batch schedulers (scheduler-plugins Coscheduling,
+Volcano, Koordinator; YuniKorn on request), all built by e2e.build.
 
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
-                             [--schedulers default,coscheduling,volcano]
+                             [--schedulers default,coscheduling,volcano,koordinator]
     python -m e2e.cluster status|down [--dir DIR]
 """
 
@@ -30,8 +30,9 @@ import yaml
 
 from e2e import build, kwok_stages, pki
 
-ALL_SCHEDULERS = ("default", "coscheduling", "volcano")  # the default set
-KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "koordinator")  # optional extras
+ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the default set
+# YuniKorn is opt-in: its web port (9080) is fixed, so only one YuniKorn cluster per machine.
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn",)
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"

@@ -9,7 +9,8 @@ built kubectl against the cluster as admin). Mark tests with
 
 Environment: CI=true turns every start-up problem (no Go, build failure,
 component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
-(default "default,coscheduling,volcano"), TFOP_E2E_GPU_NODES (4),
+(default "default,coscheduling,volcano,koordinator";
+add ",yunikorn" to run the YuniKorn tests), TFOP_E2E_GPU_NODES (4),
 TFOP_E2E_GPUS_PER_NODE (1) shape the session cluster.
 """
 

@@ -1,6 +1,6 @@
-"""Optional schedulers (YuniKorn, Koordinator): run only when the session
-cluster was asked for them, e.g.
-TFOP_E2E_SCHEDULERS=default,coscheduling,volcano,yunikorn,koordinator."""
+"""The extra schedulers: Koordinator (in the default session set) and YuniKorn
+(opt-in: its port 9080 is fixed), e.g.
+TFOP_E2E_SCHEDULERS=default,coscheduling,volcano,koordinator,yunikorn."""
 
 from __future__ import annotations
 
