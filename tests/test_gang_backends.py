@@ -105,15 +105,16 @@ CASES = {
 YK_LABELS = {"applicationId": "ml-tf-smoke-gpu-0b5c3f2e", "queue": "research"}
 YK_GROUPS = [{"name": "ps", "minMember": 1, "minResource": {"cpu": "1"}},
              {"name": "worker", "minMember": 4, "minResource": {"nvidia.com/gpu": "2"}}]
+YK_APP = {"yunikorn.apache.org/task-groups": json.dumps(YK_GROUPS, separators=(",", ":")),
+          "yunikorn.apache.org/schedulingPolicyParameters":
+              "placeholderTimeoutInSeconds=300 gangSchedulingStyle=Hard"}
+# Every pod carries the app-wide annotations: YuniKorn reads them from whichever pod it sees first.
 CASES["yunikorn"] = (
     YunikornBackend(), None,
     {("PS", 0): PodMarkings(labels=YK_LABELS, annotations={
-        "yunikorn.apache.org/task-group-name": "ps",
-        "yunikorn.apache.org/task-groups": json.dumps(YK_GROUPS, separators=(",", ":")),
-        "yunikorn.apache.org/schedulingPolicyParameters":
-            "placeholderTimeoutInSeconds=300 gangSchedulingStyle=Hard"}),
+        "yunikorn.apache.org/task-group-name": "ps", **YK_APP}),
      **{("Worker", i): PodMarkings(labels=YK_LABELS, annotations={
-         "yunikorn.apache.org/task-group-name": "worker"}) for i in range(4)}},
+         "yunikorn.apache.org/task-group-name": "worker", **YK_APP}) for i in range(4)}},
     [])
 
 
@@ -177,7 +178,7 @@ def test_optional_fields_left_out_when_unset():
         "gangSchedulingStyle=Hard"
 
 
-def test_yunikorn_first_pod_is_chief_and_task_groups_carry_placement():
+def test_yunikorn_every_pod_carries_task_groups_with_placement():
     placement = {"nodeSelector": {"gpu": "a100"},
                  "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -195,11 +196,14 @@ def test_yunikorn_first_pod_is_chief_and_task_groups_carry_placement():
         {"name": "chief", "minMember": 1, "minResource": {"cpu": "1"}},
         {"name": "worker", "minMember": 2, "minResource": {"cpu": "2", "memory": "4Gi"},
          **placement}]
-    assert "yunikorn.apache.org/task-groups" not in \
-        backend.pod_markings(tfjob, tfjob.replica("Worker"), 0, shape).annotations
-    # minAvailable 3 leaves the Evaluator outside the gang: an ordinary app pod.
+    worker = backend.pod_markings(tfjob, tfjob.replica("Worker"), 1, shape).annotations
+    assert worker["yunikorn.apache.org/task-groups"] == chief["yunikorn.apache.org/task-groups"]
+    assert worker["yunikorn.apache.org/task-group-name"] == "worker"
+    # minAvailable 3 leaves the Evaluator outside the gang: an ordinary pod of the app
+    # (no task group), yet it may be the pod YuniKorn sees first, so it carries the groups too.
     evaluator = backend.pod_markings(tfjob, tfjob.replica("Evaluator"), 0, shape)
-    assert evaluator.annotations == {}
+    assert "yunikorn.apache.org/task-group-name" not in evaluator.annotations
+    assert evaluator.annotations["yunikorn.apache.org/task-groups"] == chief["yunikorn.apache.org/task-groups"]
     assert evaluator.labels["applicationId"] == application_id(tfjob)
 
 

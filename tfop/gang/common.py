@@ -5,7 +5,7 @@ from collections import Counter
 from typing import Any, Mapping
 
 from tfop.gang.base import GangShape, GangState, GroupResource
-from tfop.model import CHIEF_TYPES, LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, REPLICA_TYPES, TFJob
+from tfop.model import LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, TFJob
 
 # kubectl's copy of the whole TFJob: large, and meaningless on another object.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -34,16 +34,6 @@ def group_metadata(job: TFJob, shape: GangShape) -> dict:
 def base_object(resource: GroupResource, job: TFJob, shape: GangShape, spec: dict) -> dict:
     return {"apiVersion": resource.api_version, "kind": resource.kind,
             "metadata": group_metadata(job, shape), "spec": spec}
-
-
-def first_pod(job: TFJob) -> tuple[str, int] | None:
-    """The pod that carries job-wide settings (YuniKorn reads them from the first pod
-    it sees; the operator creates the chief first, then types in REPLICA_TYPES order)."""
-    active = [r.type for r in job.replicas if r.replicas > 0]
-    for rtype in CHIEF_TYPES + REPLICA_TYPES:
-        if rtype in active:
-            return rtype, 0
-    return (sorted(active)[0], 0) if active else None
 
 
 def _unschedulable(pod: Mapping[str, Any]) -> str | None:

@@ -1,4 +1,10 @@
-"""Apache YuniKorn: application labels on every pod, task groups on the first one.
+"""Apache YuniKorn: application labels, task groups and gang policy on every pod.
+
+YuniKorn reads the task groups and the gang policy only from the pod that creates
+the application in its cache: whichever pod of the job its informer delivers
+first, not the first one the operator created (k8shim v1.8.0 `pkg/cache`
+`ensureAppAndTaskCreated` -> `getAppMetadata`). Pods created within the same
+instant arrive in any order, so every pod carries them, or the gang is lost.
 
 applicationId is `<namespace>-<job>-<first 8 hex digits of the job's uid>`,
 cut to the 63-character label limit from the left of the name part: unique
@@ -10,7 +16,7 @@ from __future__ import annotations
 import json
 
 from tfop.gang.base import GangBackend, GangShape, GangState, PodMarkings
-from tfop.gang.common import first_pod, with_pods
+from tfop.gang.common import with_pods
 from tfop.model import ReplicaSpec, TFJob
 
 APP_ID_LABEL = "applicationId"
@@ -69,9 +75,8 @@ class YunikornBackend(GangBackend):
         # Types outside the gang (minAvailable < total) run as ordinary app pods.
         if replica.type in shape.min_task_member:
             annotations[TASK_GROUP_NAME] = replica.lower
-        if first_pod(job) == (replica.type, index):
-            annotations[TASK_GROUPS] = json.dumps(task_groups(job, shape), separators=(",", ":"))
-            annotations[POLICY_PARAMETERS] = policy_parameters(shape)
+        annotations[TASK_GROUPS] = json.dumps(task_groups(job, shape), separators=(",", ":"))
+        annotations[POLICY_PARAMETERS] = policy_parameters(shape)
         return PodMarkings(labels=labels, annotations=annotations)
 
     def state(self, group, pods) -> GangState:
