@@ -152,6 +152,43 @@ def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, 
                    "status.gang to stop reporting a wait", lambda: gang_status(api, namespace, name))
 
 
+YUNIKORN_PLACEHOLDER = "internal.yunikorn.apache.org/placeholder"  # on the placeholder pods it creates
+
+
+@scenario
+def yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace):
+    """Opt-in (TFOP_E2E_SCHEDULERS=...,yunikorn; port 9080 is fixed): the yunikorn backend's
+    task groups on the real YuniKorn. Seed 003 on 4 GPUs: YuniKorn's placeholders reserve for
+    the gang (some may bind), the job's own 5 pods never bind; add 4 GPUs -> all 5 Running."""
+    if "yunikorn" not in cluster.state.get("schedulers", []):
+        pytest.skip("session cluster runs without yunikorn (add it to TFOP_E2E_SCHEDULERS)")
+    with pool(cluster, api, namespace) as p, operator(cluster, namespace, "yunikorn"):
+        p.add(2, gpus=2)
+        job = seed003(namespace, p)
+        submit(cluster, job)
+        name = job["metadata"]["name"]
+        watch_gang_waits(api, job)
+        for pod in api.pods(namespace, name):
+            assert pod["spec"]["schedulerName"] == "yunikorn"
+
+        def placeholders():
+            return [q for q in api.pods(namespace)
+                    if (q["metadata"].get("annotations") or {}).get(YUNIKORN_PLACEHOLDER) == "true"]
+        # YuniKorn read tfop's task groups: one placeholder per gang member (PS 1, Worker 4).
+        held = wait_until(lambda: len(placeholders()) == 5 and placeholders(), 30, "5 YuniKorn placeholders",
+                          lambda: [q["metadata"]["name"] for q in placeholders()])
+        groups = sorted((q["metadata"]["annotations"] or {}).get("yunikorn.apache.org/task-group-name")
+                        for q in held)
+        assert groups == ["ps", "worker", "worker", "worker", "worker"], groups
+
+        p.add(2, gpus=2)
+        seen = wait_all_running(api, job, timeout=90)
+        assert len(seen) == 5
+        wait_until(lambda: not [q for q in placeholders() if not q["metadata"].get("deletionTimestamp")],
+                   30, "placeholders replaced by the job's pods",
+                   lambda: [q["metadata"]["name"] for q in placeholders()])
+
+
 # ------------------------------------------------------------------ 2. seed 004 (blog)
 
 
@@ -490,6 +527,7 @@ def without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespa
 
 # Longest first, so the concurrent run ends soon after the longest one.
 ORDER = ["test_seed004_gang_second_job_waits_until_first_finishes", "test_seed003_gang_waits_whole_then_runs_when_gpus_added",
+         "test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added",
          "test_backend_objects_against_apiserver", "test_two_gangs_never_split_capacity",
          "test_gang_restart_recreates_every_member", "test_seed004_without_gang_second_job_partly_runs",
          "test_gang_of_n_where_n_minus_2_fit_stays_pending", "test_seed003_without_gang_half_runs",
@@ -516,6 +554,10 @@ def test_seed003_without_gang_half_runs(runner, request):
 
 @pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
 def test_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request, backend):
+    outcome(runner, request)
+
+
+def test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request):
     outcome(runner, request)
 
 
