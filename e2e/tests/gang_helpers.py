@@ -80,9 +80,15 @@ class Api:
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 ok: Iterable[int] = (200, 201, 202)) -> dict | None:
         data = None if body is None else json.dumps(body)
-        r = self.session.request(method, self.base + path, data=data,
-                                 headers={"Content-Type": content_type}, timeout=30,
-                                 verify=self.ca, cert=self.cert)
+        for _ in range(10):
+            r = self.session.request(method, self.base + path, data=data,
+                                     headers={"Content-Type": content_type}, timeout=30,
+                                     verify=self.ca, cert=self.cert)
+            # 429 "storage is (re)initializing": a CRD another scenario just created
+            # (e.g. kube-batch's) is not served yet. Transient; wait as told.
+            if r.status_code != 429:
+                break
+            time.sleep(float(r.headers.get("Retry-After") or 1))
         if r.status_code == 404 and method in ("GET", "DELETE"):
             return None
         if r.status_code not in ok:
