@@ -21,15 +21,16 @@ log = logging.getLogger("tfop.controller")
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
-# A status change that only reports a starting job's progress (Created, Running, replica counts)
-# waits until the job's status has been quiet this long, so a burst of pod events becomes one
-# write; never longer than STATUS_MAX_DELAY after the first unwritten change. Every other
-# change (finished, failed, restarting, suspended, restart counts, gang state) is written at once.
+# A status change that only reports a starting job's progress (Created, Running, replica counts,
+# the gang's phase and pending reason) waits until the job's status has been quiet this long, so a
+# burst of pod and PodGroup events becomes one write; never longer than STATUS_MAX_DELAY after the
+# first unwritten change. Every other change (finished, failed, restarting, suspended, restart
+# counts, startTime) is written at once.
 STATUS_QUIET = 1.0
 STATUS_MAX_DELAY = 5.0
 # startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
 PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
-                   "observedGeneration"}
+                   "observedGeneration", "gang"}
 PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
 
 
