@@ -26,7 +26,9 @@ def test_bench_smoke(cluster, tmp_path):
         assert 0 < r["wall_s"] < 120 and r["pods_per_s"] > 0
         assert 0 < r["latency_p50_s"] <= r["latency_p95_s"] <= r["latency_p99_s"] <= r["wall_s"] + 1
     # The raw client writes exactly the objects; counting attributes nothing else to it.
-    assert rows["raw"]["writes_by"] == {"POST pods": 15, "POST services": 15}
+    # (core Events are cluster-wide too: a node controller's RegisteredNode may land in the window)
+    assert {k: v for k, v in rows["raw"]["writes_by"].items() if not k.endswith(" events")} == {
+        "POST pods": 15, "POST services": 15}
     tfop = rows["tfop"]
     assert tfop["writes_by"]["POST pods"] == 15 and tfop["writes_by"]["POST services"] == 15
     assert tfop["writes_per_job"] <= objects + 2
