@@ -136,8 +136,12 @@ def service(job: TFJob, rtype: str, index: int) -> dict:
     return s
 
 
-def all_pods(job: TFJob, phase: str = "Running", **overrides) -> list[dict]:
-    """One pod per expected replica; overrides map 'worker_0' -> dict of pod() kwargs (or None: absent)."""
+def all_pods(job: TFJob, phase: str = "Running", make=None, **overrides) -> list[dict]:
+    """One pod per expected replica; overrides map 'worker_0' -> dict of pod() kwargs (or None: absent).
+
+    `make(job, rtype, index, **kwargs)` builds each pod (default: pod()).
+    """
+    make = make or pod
     out = []
     for r in job.replicas:
         for i in range(r.replicas):
@@ -145,7 +149,7 @@ def all_pods(job: TFJob, phase: str = "Running", **overrides) -> list[dict]:
             if key in overrides and overrides[key] is None:
                 continue
             kwargs = {"phase": phase, **overrides.get(key, {})}
-            out.append(pod(job, r.type, i, **kwargs))
+            out.append(make(job, r.type, i, **kwargs))
     return out
 
 

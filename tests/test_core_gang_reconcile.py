@@ -2,7 +2,7 @@
 import pytest
 
 from core_fixtures import (
-    NOW_S, ago, all_services, cond, context, ctypes, last_condition, model, names, pod,
+    NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, pod,
     pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
 from tfop import status as S
@@ -69,14 +69,7 @@ def gang_pod(job, rtype, index, name="volcano", generation=0, **state):
 
 
 def gang_pods(job, name="volcano", phase="Running", **overrides):
-    out = []
-    for r in job.replicas:
-        for i in range(r.replicas):
-            key = f"{r.lower}_{i}"
-            if key in overrides and overrides[key] is None:
-                continue
-            out.append(gang_pod(job, r.type, i, name, **{"phase": phase, **overrides.get(key, {})}))
-    return out
+    return all_pods(job, phase, make=lambda j, rtype, i, **kw: gang_pod(j, rtype, i, name, **kw), **overrides)
 
 
 # -- the group object first --------------------------------------------------------------------------------
