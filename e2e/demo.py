@@ -130,6 +130,9 @@ def run(directory: Path, gang: str) -> None:
         cluster.add_gpu_nodes(2, gpus=2)
         wait_for("the whole gang to run", lambda: all(p[1] == "Running" for p in pods(cluster, "with-gang")))
         running = pods(cluster, "with-gang")
+        # tfop writes a starting job's progress once the job is quiet (<= 5 s): wait for it.
+        wait_for("the TFJob to report Running", lambda: "Running" in cluster.kubectl(
+            "get", "tfjob", "-n", "with-gang", "-o", "jsonpath={.items[0].status.conditions[-1:].type}").stdout)
         operator.stop()
 
         print()
