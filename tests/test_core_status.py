@@ -116,3 +116,11 @@ def test_exit_code_from_last_state():
 def test_failure_summary():
     assert P.failure_summary(pod(JOB, "Worker", 0, phase="Failed", exit_code=1)) == "tf-job-worker-0 exited with code 1"
     assert P.failure_summary(pod(JOB, "Worker", 0, phase="Failed", reason="Evicted")) == "tf-job-worker-0 failed (Evicted)"
+
+
+def test_timestamp_ceil_never_earlier_than_now():
+    from datetime import datetime, timezone
+    from tfop import status as S
+    exact = datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
+    assert S.timestamp_ceil(exact) == "2026-01-01T00:00:05Z"
+    assert S.timestamp_ceil(exact.replace(microsecond=1)) == "2026-01-01T00:00:06Z"

@@ -227,7 +227,7 @@ class _Reconcile:
         if waiting:
             gang["reason"] = state.reason or ("Pending" if state.admitted else "NotAdmitted")
             gang["message"] = state.message or f"{running}/{shape.min_member} gang members running"
-            gang["since"] = previous.get("since") or S.timestamp(self.now)
+            gang["since"] = previous.get("since") or S.timestamp_ceil(self.now)
         self.status["gang"] = gang
         if waiting and gang["reason"] == "Unschedulable":
             self.touch_group(gang["since"])
@@ -242,7 +242,7 @@ class _Reconcile:
         if self.job.annotations.get(ANNOTATION_ON_SCHEDULE_TIMEOUT, "Fail").lower() == "requeue":
             for pod in members:
                 self.delete_pod(pod)
-            gang["since"] = S.timestamp(self.now)
+            gang["since"] = S.timestamp_ceil(self.now)
             self.event("Warning", "GangRequeued", why + "; its pods are recreated to queue again.")
             self.plan.requeue(timeout)
             return True

@@ -1,7 +1,7 @@
 """Job conditions as upstream clients (Training SDK, dashboards) read them."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED = (
@@ -20,6 +20,13 @@ RESUMED = "TFJobResumed"
 
 def timestamp(now: datetime) -> str:
     return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp_ceil(now: datetime) -> str:
+    """A whole-second stamp never earlier than `now`, for clocks a timeout is measured
+    from: a floored stamp would make the timeout fire up to a second early."""
+    whole = now.replace(microsecond=0)
+    return timestamp(whole if whole == now else whole + timedelta(seconds=1))
 
 
 def parse_time(value: str | None) -> datetime | None:
