@@ -13,6 +13,7 @@ from tfop.model import GROUP, LABEL_OPERATOR, LABEL_TYPE, OPERATOR_NAME, PLURAL,
 from tfop.normalize import canonical_type, normalize
 from tfop.operator.informer import Informer, JobKey, newer
 from tfop.operator.kube import ApiError, KubeClient
+from tfop.operator.trim import trim_job
 from tfop.plan import Event, Plan, Ref
 from tfop.reconcile import Context, Observed, reconcile
 from tfop.settings import Settings
@@ -104,7 +105,7 @@ class Controller:
             self.queue.forget(key)
             return
         if newer(body, self.jobs.get(key)):
-            self.jobs[key] = dict(body)
+            self.jobs[key] = trim_job(body)
         self.queue.add(key)
 
     def _priority_changed(self, _key) -> None:
@@ -275,7 +276,7 @@ class Controller:
                                    patch, subresource="status")
         # Remember what we wrote: the next reconcile must not act on the old status again.
         if updated and newer(updated, self.jobs.get(key)):
-            self.jobs[key] = updated
+            self.jobs[key] = trim_job(updated)
 
 
 def _without_refused(event: Event, refused: set[str]) -> Event | None:

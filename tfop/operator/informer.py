@@ -1,7 +1,8 @@
 """Watch one kind of child object by label and keep a trimmed copy of each in memory.
 
-Only the fields a reconcile reads are kept (metadata and status, never the
-pod spec), so thousands of pods cost little memory. Every change wakes the
+Only the fields a reconcile reads are kept (tfop/operator/trim.py: metadata and
+the parts of the status it reads, never the pod spec), so thousands of pods cost
+little memory. Every change wakes the
 reconcile of the job the object belongs to.
 """
 from __future__ import annotations
@@ -12,26 +13,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 from tfop.model import LABEL_JOB
 from tfop.operator.kube import ApiError, KubeClient
+from tfop.operator.trim import trim_child
 
 log = logging.getLogger("tfop.informer")
 JobKey = tuple[str, str]  # (namespace, job name)
-KEEP_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
-             "ownerReferences", "creationTimestamp")
-
-
-def trim(obj: Mapping[str, Any], keep_spec: bool) -> dict:
-    meta = obj.get("metadata") or {}
-    out = {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {k: meta[k] for k in KEEP_META if k in meta},
-        "status": obj.get("status") or {},
-    }
-    if keep_spec:
-        out["spec"] = obj.get("spec") or {}
-    if "value" in obj:  # PriorityClass keeps its value at the top level
-        out["value"] = obj["value"]
-    return out
 
 
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
@@ -89,7 +74,7 @@ class Informer:
             return
         self.tombstones.pop(name, None)
         obj = dict(obj, apiVersion=obj.get("apiVersion") or self.api_version, kind=obj.get("kind") or self.kind)
-        self.objects[name] = trim(obj, self.keep_spec)
+        self.objects[name] = trim_child(obj, self.keep_spec)
         key = self.key_of(obj)
         if key:
             self.by_job.setdefault(key, set()).add(name)

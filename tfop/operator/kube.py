@@ -1,7 +1,8 @@
 """A small asyncio Kubernetes client: just the verbs tfop uses, never blocking the loop.
 
-Credentials come from the kubeconfig or the in-cluster service account, read
-through the official client's loader; requests go through one aiohttp session
+Credentials come from the kubeconfig or the in-cluster service account
+(tfop.operator.kubeconfig, or the official client's loader for exec plugins and
+the like); requests go through one aiohttp session
 with a bounded connection pool.
 """
 from __future__ import annotations
@@ -33,47 +34,37 @@ class Credentials:
     token_file: str | None = None
     token: str | None = None
     ca_file: str | None = None
+    ca_data: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
     verify: bool = True
 
     @classmethod
     def load(cls, kubeconfig: str | None = None, context: str | None = None) -> "Credentials":
-        from kubernetes import client, config
+        import os
 
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-            token_file = None
-        except (config.ConfigException, FileNotFoundError, TypeError):
-            if kubeconfig:
-                raise
-            config.load_incluster_config(client_configuration=cfg)
-            # Bound service-account tokens rotate: read the file again, not once.
-            token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-        if cfg.verify_ssl:
-            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+        from tfop.operator.kubeconfig import load as load_endpoint
+
+        endpoint = load_endpoint(kubeconfig, context, os.environ)
+        if endpoint is None:
+            endpoint = _official_endpoint(kubeconfig, context)
+        if endpoint.verify:
+            ctx = ssl.create_default_context(cafile=endpoint.ca_file, cadata=endpoint.ca_data)
         else:
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if cfg.cert_file and cfg.key_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
-        token = None
-        if auth:
-            prefix = cfg.api_key_prefix.get("authorization", "")
-            token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
-            if prefix and prefix.lower() != "bearer":
-                token = auth
-        return cls(server=cfg.host.rstrip("/"), ssl_context=ctx, token_file=token_file, token=token,
-                   ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file, verify=cfg.verify_ssl)
+        if endpoint.cert_file and endpoint.key_file:
+            ctx.load_cert_chain(endpoint.cert_file, endpoint.key_file)
+        return cls(server=endpoint.server, ssl_context=ctx, token_file=endpoint.token_file, token=endpoint.token,
+                   ca_file=endpoint.ca_file, ca_data=endpoint.ca_data, cert_file=endpoint.cert_file,
+                   key_file=endpoint.key_file, verify=endpoint.verify)
 
     def to_kopf(self):
         import kopf
 
         return kopf.ConnectionInfo(
-            server=self.server, ca_path=self.ca_file, insecure=not self.verify, token=self.bearer(),
+            server=self.server, ca_path=self.ca_file, ca_data=self.ca_data, insecure=not self.verify, token=self.bearer(),
             certificate_path=self.cert_file, private_key_path=self.key_file,
         )
 
@@ -81,6 +72,32 @@ class Credentials:
         if self.token_file and Path(self.token_file).exists():
             return Path(self.token_file).read_text().strip()
         return self.token
+
+
+def _official_endpoint(kubeconfig: str | None, context: str | None):
+    """Exec plugins, auth providers and the rest: the official client's loader."""
+    from kubernetes import client, config
+
+    from tfop.operator.kubeconfig import Endpoint
+
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        token_file = None
+    except (config.ConfigException, FileNotFoundError, TypeError):
+        if kubeconfig:
+            raise
+        config.load_incluster_config(client_configuration=cfg)
+        token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    token = None
+    if auth:
+        prefix = cfg.api_key_prefix.get("authorization", "")
+        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
+        if prefix and prefix.lower() != "bearer":
+            token = auth
+    return Endpoint(server=cfg.host.rstrip("/"), ca_file=cfg.ssl_ca_cert, verify=cfg.verify_ssl, token=token,
+                    token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file)
 
 
 def collection_path(api_version: str, plural: str, namespace: str | None = None) -> str:

@@ -1,0 +1,103 @@
+"""The operator's in-memory copies keep everything a reconcile reads, and little else."""
+import json
+
+import pytest
+
+from tfop import pods as P
+from tfop.gang.common import pending_reason
+from tfop.normalize import authored_version, normalize
+from tfop.operator.trim import trim_child, trim_job
+
+
+def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):
+    state = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": "x", "finishedAt": "y",
+                                "containerID": "containerd://abc"}}
+    status = {
+        "phase": phase, "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "BestEffort",
+        "podIPs": [{"ip": "10.1.0.1"}], "startTime": "2026-01-01T00:00:00Z",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False" if unschedulable else "True",
+             "reason": "Unschedulable" if unschedulable else None, "message": unschedulable,
+             "lastTransitionTime": "2026-01-01T00:00:00Z", "lastProbeTime": None},
+            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "t"},
+        ],
+        "containerStatuses": [{
+            "name": "tensorflow", "image": "tf:2", "imageID": "sha256:abc", "containerID": "c://1",
+            "ready": ready, "started": True, "restartCount": restarts, "state": state,
+            "lastState": {"terminated": {"exitCode": last_exit, "reason": "OOMKilled"}} if last_exit is not None else {},
+            "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets"}],
+        }],
+    }
+    status["conditions"] = [{k: v for k, v in c.items() if v is not None} for c in status["conditions"]]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                         "labels": {"training.kubeflow.org/job-name": "job"}, "annotations": {"a": "b"},
+                         "ownerReferences": [{"kind": "TFJob", "name": "job", "uid": "j", "controller": True}],
+                         "managedFields": [{"manager": "kwok", "fieldsV1": {"f:status": {}}}]},
+            "spec": {"containers": [{"name": "tensorflow", "image": "tf:2", "env": [{"name": "TF_CONFIG"}]}]},
+            "status": status}
+
+
+PODS = [
+    full_pod(),
+    full_pod(ready=False),
+    full_pod("Failed", exit_code=137),
+    full_pod("Running", last_exit=1, restarts=2),
+    full_pod("Succeeded", exit_code=0),
+    full_pod("Pending", ready=False, unschedulable="0/4 nodes are available: 4 Insufficient nvidia.com/gpu."),
+    {**full_pod("Failed"), "status": {"phase": "Failed", "reason": "Evicted", "message": "low memory"}},
+]
+
+
+@pytest.mark.parametrize("pod", PODS)
+def test_trimmed_pod_reads_the_same(pod):
+    small = trim_child(pod)
+    for read in (P.name, P.phase, P.terminating, P.is_active, P.is_ready, P.exit_code, P.restarts,
+                 P.failure_summary):
+        assert read(small) == read(pod), read.__name__
+    assert pending_reason([small]) == pending_reason([pod])
+    assert "spec" not in small and "managedFields" not in small["metadata"]
+    assert len(json.dumps(small)) < len(json.dumps(pod))
+
+
+def test_group_objects_keep_their_spec_and_status():
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "job", "namespace": "ns", "managedFields": [{}]},
+             "spec": {"minMember": 5}, "status": {"phase": "Inqueue", "conditions": [{"type": "x"}]}}
+    small = trim_child(group, keep_spec=True)
+    assert small["spec"] == group["spec"] and small["status"] == group["status"]
+
+
+def job(version="v1beta1", how="managedFields"):
+    body = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "resourceVersion": "3", "annotations": {}},
+            "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+                {"name": "tensorflow", "image": "tf"}]}}}}}}
+    if how == "managedFields":
+        body["metadata"]["managedFields"] = [
+            {"manager": "kubectl", "operation": "Update", "apiVersion": f"kubeflow.org/{version}",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:tfReplicaSpecs": {}}}},
+            {"manager": "tfop", "operation": "Update", "apiVersion": "kubeflow.org/v1", "subresource": "status",
+             "fieldsV1": {"f:status": {}}}]
+    else:
+        body["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(
+            {**body, "apiVersion": f"kubeflow.org/{version}"})
+    return body
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1", "v1alpha2"])
+@pytest.mark.parametrize("how", ["managedFields", "last-applied"])
+def test_trimmed_job_keeps_its_authored_version_and_spec(version, how):
+    body = job(version, how)
+    small = trim_job(body)
+    assert authored_version(small) == authored_version(body) == version
+    kept, whole = normalize(small).job, normalize(body).job
+    assert kept.replicas == whole.replicas and kept.run_policy == whole.run_policy
+    last_applied = "kubectl.kubernetes.io/last-applied-configuration"
+    assert {k: v for k, v in kept.annotations.items() if k != last_applied} == \
+        {k: v for k, v in whole.annotations.items() if k != last_applied}
+    assert "fieldsV1" not in json.dumps(small)
+    assert len(json.dumps(small)) < len(json.dumps(body))
+    assert body == job(version, how), "the original is not modified"
