@@ -1,4 +1,6 @@
 """reconcile() with gang backends: group first, admission, finish/suspend, gang restart, timeouts."""
+from dataclasses import replace
+
 import pytest
 
 from core_fixtures import (
@@ -109,6 +111,28 @@ def test_volcano_pods_only_after_pending(phase, admitted):
     assert (plan.create_group is not None) == (phase is None)
     assert plan.status["gang"]["backend"] == "volcano"
     assert plan.status["gang"]["reason"] == ("Pending" if admitted else "PodGroupPending")
+
+
+@pytest.mark.parametrize("phase", [None, "", "Pending", "Inqueue"])
+def test_volcano_pods_with_the_group_when_no_webhook_refuses_them(phase):
+    """Context.pods_before_admission (the operator's dry-run probe found no Volcano pod webhook):
+    the pods go with the group, even in the pass that creates it (the group is created first)."""
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    group = None if phase is None else group_of(desired_group("volcano"), phase=phase or None)
+    context = replace(ctx("volcano"), pods_before_admission=True)
+    plan = run(job, Observed(services=all_services(job), group=group), ctx=context)
+    assert names(plan.create) == PODS
+    assert (plan.create_group is not None) == (phase is None)
+    for pod in plan.create:
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "tf-job"
+
+
+def test_volcano_admission_probe_names_a_group_that_does_not_exist():
+    backend, _ = load_backend("volcano")
+    probe = backend.admission_probe("ml")
+    assert probe["metadata"]["namespace"] == "ml" and probe["spec"]["schedulerName"] == "volcano"
+    assert probe["metadata"]["annotations"]["scheduling.k8s.io/group-name"] != "tf-job"
+    assert all(load_backend(n)[0].admission_probe("ml") is None for n in BACKENDS if n != "volcano")
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -35,13 +35,17 @@ def cli() -> None:
 @click.option("--cluster-domain", default="", help="suffix for TF_CONFIG hosts, e.g. cluster.local.")
 @click.option("--gang-restart/--no-gang-restart", default=True,
               help="restart a running gang as a whole when a member fails or disappears.")
+@click.option("--pods-before-admission", type=click.Choice(["auto", "always", "never"]), default="auto",
+              show_default=True,
+              help="create a gang's pods before Volcano admits its PodGroup; auto: when a dry-run pod shows "
+                   "no Volcano admission webhook would refuse them.")
 @click.option("--max-concurrent-requests", default=64, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
               help="liveness endpoint URL; empty to disable.")
 @click.option("-v", "--verbose", is_flag=True)
 def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces, all_namespaces, cluster_domain,
-        gang_restart, max_concurrent_requests, kubeconfig, liveness, verbose) -> None:
+        gang_restart, pods_before_admission, max_concurrent_requests, kubeconfig, liveness, verbose) -> None:
     """Run the operator against the current cluster."""
     from tfop.operator.main import run_operator
 
@@ -51,7 +55,7 @@ def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces,
         enable_gang_scheduling=enable_gang_scheduling or bool(gang_scheduler_name),
         gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
         namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
-        max_concurrent_requests=max_concurrent_requests,
+        max_concurrent_requests=max_concurrent_requests, pods_before_admission=pods_before_admission,
     )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -48,6 +48,9 @@ class Context:
     settings: Settings
     templates: Templates
     backend: GangBackend | None = None  # None: gang scheduling is off
+    # Create pods while the group still waits for admission (no webhook refuses them): the scheduler
+    # then admits and binds the gang in one cycle instead of two.
+    pods_before_admission: bool = False
 
 
 def reconcile(job: TFJob, obs: Observed, now: datetime, ctx: Context,
@@ -163,7 +166,7 @@ class _Reconcile:
         if not self.handle_failures(shape):
             return self.finish()
         self.ensure_services()
-        if state.admitted:
+        if state.admitted or self.ctx.pods_before_admission:
             self.create_missing_pods(shape)
         self.scale_down()
         if self.update_outcome():

@@ -23,6 +23,9 @@ class Settings:
     gang_restart: bool = True
     # Concurrent API requests the operator may have in flight.
     max_concurrent_requests: int = 64
+    # Create a gang's pods before its scheduler admits the group (Volcano): "auto" does when no
+    # admission webhook would refuse them (probed with a dry-run pod at start), "always", "never".
+    pods_before_admission: str = "auto"
     # Client-side cap on requests per second (0 = none: the apiserver's priority-and-fairness decides).
     qps: float = 0.0
 

@@ -77,6 +77,13 @@ class GangBackend(ABC):
     # (annotate) the group this often while the gang is unschedulable. None: never touch.
     retry_touch_seconds: ClassVar[float | None] = None
 
+    def admission_probe(self, namespace: str) -> dict | None:
+        """For a backend whose state() holds pods back until the group is admitted: a pod that
+        the scheduler's admission webhook, when installed, refuses even as a dry run (it names a
+        group that does not exist). Accepted means no such webhook: pods may go first. None: no
+        probe, pods wait for admission."""
+        return None
+
     def __init__(self, scheduler_name: str | None = None):
         self.scheduler_name = scheduler_name or self.default_scheduler_name
 

@@ -44,10 +44,19 @@ class VolcanoBackend(GangBackend):
         return PodMarkings(annotations={GROUP_NAME_ANNOTATION: shape.group_name,
                                         TASK_SPEC_ANNOTATION: replica.lower})
 
+    def admission_probe(self, namespace: str) -> dict | None:
+        # Volcano's pod webhook refuses a pod whose group it cannot get, as it refuses pods of a
+        # Pending group; without the webhook the dry run is accepted.
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "tfop-admission-probe", "namespace": namespace,
+                             "annotations": {GROUP_NAME_ANNOTATION: "tfop-admission-probe-no-such-group"}},
+                "spec": {"schedulerName": self.scheduler_name,
+                         "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}}
+
     def state(self, group, pods) -> GangState:
-        # Creating pods of a Pending group is pointless (the enqueue action has
-        # not found room for minResources) and, with Volcano's admission
-        # webhook, rejected; so wait until the group leaves Pending.
+        # Pods of a Pending group are refused by Volcano's admission webhook, so by default they
+        # wait until the group leaves Pending (the operator creates them earlier when its
+        # admission_probe shows no webhook: Context.pods_before_admission).
         phase = phase_of(group)
         admitted = group is not None and phase not in WAITING_PHASES
         cond = condition(group, "Unschedulable")

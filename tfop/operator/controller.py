@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -113,8 +114,41 @@ class Controller:
         for key in list(self.jobs):
             self.queue.add(key)
 
+    async def decide_pods_before_admission(self) -> None:
+        """Settle Context.pods_before_admission once, at start (see Settings.pods_before_admission)."""
+        mode = self.settings.pods_before_admission
+        namespace = (list(self.settings.namespaces) or ["default"])[0]
+        probe = self.backend.admission_probe(namespace) if self.backend else None
+        if mode == "never" or probe is None:
+            return
+        if mode == "always":
+            self.ctx = replace(self.ctx, pods_before_admission=True)
+            return
+        try:
+            await self._call(self.client.create, probe, "pods", dry_run=True)
+        except ApiError as err:
+            log.info("%s's admission webhook refused a dry-run pod (%s): a gang's pods are created once its "
+                     "group is admitted", self.backend.name, err)
+            return
+        self.ctx = replace(self.ctx, pods_before_admission=True)
+        log.info("no admission webhook of %s refuses pods of an unadmitted group (dry-run pod accepted): a "
+                 "gang's pods are created with its group, and it is admitted and bound in one cycle",
+                 self.backend.name)
+
+    def refused_for_admission(self, err: ApiError) -> bool:
+        """A webhook installed after the start refuses pods of an unadmitted group: wait from now on."""
+        message = str(err.body.get("message", "") if isinstance(err.body, dict) else err.body).lower()
+        if not ("denied the request" in message and "podgroup" in message):
+            return False
+        if self.ctx.pods_before_admission:
+            log.warning("an admission webhook refuses pods of unadmitted groups (%s): from now on a gang's pods "
+                        "are created once its group is admitted", err)
+            self.ctx = replace(self.ctx, pods_before_admission=False)
+        return True
+
     async def run(self) -> None:
         """Watch the children; reconcile only once every cache is filled (no duplicate creates)."""
+        await self.decide_pods_before_admission()
         watches = [asyncio.create_task(i.run()) for i in self.informers]
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
         log.info("caches synced: %d pods, %d services; reconciling", len(self.pods.objects),
@@ -162,18 +196,21 @@ class Controller:
 
     async def apply(self, key: JobKey, body: Mapping[str, Any], plan: Plan) -> None:
         rejected: list[tuple[str, str]] = []  # ("pod <name>", why)
+        deferred: list[str] = []  # "pod <name>" refused until its group is admitted
         if plan.create_group is not None:
             created = await self._call(self.client.create, plan.create_group, self.backend.group_resource.plural)
             if created and self.groups is not None:
                 self.groups.upsert(created)
         results = await asyncio.gather(
-            *(self._create(obj, rejected) for obj in plan.create),
+            *(self._create(obj, rejected, deferred) for obj in plan.create),
             *(self._delete(ref) for ref in plan.delete),
             *(self._patch(ref, patch) for ref, patch in plan.patch),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         status = plan.status
+        if deferred:
+            plan.events[:] = [e for e in (_without_refused(e, set(deferred)) for e in plan.events) if e is not None]
         if rejected:
             pending = self.unwritten.get(key)
             status = self._rejected(body if pending is None else {**body, "status": pending}, status, rejected, plan)
@@ -199,11 +236,14 @@ class Controller:
     def _ref(body: Mapping[str, Any]) -> dict:
         return {"apiVersion": TFJOB_API, "kind": "TFJob", "metadata": body["metadata"]}
 
-    async def _create(self, obj: dict, rejected: list[tuple[str, str]]) -> None:
+    async def _create(self, obj: dict, rejected: list[tuple[str, str]], deferred: list[str]) -> None:
         informer = self.pods if obj["kind"] == "Pod" else self.services
         try:
             created = await self._call(self.client.create, obj, informer.plural)
         except ApiError as err:
+            if self.refused_for_admission(err):
+                deferred.append(f"pod {obj['metadata']['name']}")  # created again once its group is admitted
+                return
             if err.status in (400, 422):
                 # The apiserver refused the pod the user's template describes: the job is invalid.
                 rtype = canonical_type((obj["metadata"].get("labels") or {}).get(LABEL_TYPE, "")) or "<type>"

@@ -149,11 +149,12 @@ class KubeClient:
             return payload
 
     # -- verbs ------------------------------------------------------------------
-    async def create(self, obj: Mapping[str, Any], plural: str) -> dict | None:
+    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False) -> dict | None:
         """Create; an object that already exists (409) counts as created: names are deterministic."""
         meta = obj["metadata"]
+        path = collection_path(obj["apiVersion"], plural, meta.get("namespace"))
         try:
-            return await self.request("POST", collection_path(obj["apiVersion"], plural, meta.get("namespace")), obj)
+            return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
         except ApiError as err:
             if err.status == 409:
                 return None
