@@ -63,6 +63,8 @@ VOLCANO = [
     (group("Pending"), [], GangState(False, "Pending", "PodGroupPending", "PodGroup is Pending")),
     (group("Pending", [UNSCHEDULABLE]), [],
      GangState(False, "Pending", "NotEnoughResources", f"PodGroup is Pending: {GANG}")),
+    # pods created before admission (no Volcano webhook) that the scheduler rejects: their reason wins
+    (group("Pending"), WAITING, GangState(False, "Pending", "Unschedulable", f"PodGroup is Pending; {POD_MSG}")),
     (group("Inqueue"), [], GangState(True, "Inqueue", "", "PodGroup is Inqueue")),
     (group("Inqueue", [UNSCHEDULABLE]), WAITING,
      GangState(True, "Inqueue", "NotEnoughResources", f"PodGroup is Inqueue: {GANG}; {POD_MSG}")),

@@ -76,9 +76,10 @@ def phase_of(group: Mapping[str, Any] | None) -> str:
 
 
 def with_pods(admitted: bool, phase: str, reason: str, message: str,
-              pods: list[Mapping[str, Any]], echoes: tuple[str, ...] = ()) -> GangState:
-    """Join the group's own verdict with the pods' PodScheduled messages."""
+              pods: list[Mapping[str, Any]], echoes: tuple[str, ...] = (), fallback: str = "") -> GangState:
+    """Join the group's own verdict with the pods' PodScheduled messages; `fallback` is the reason
+    when neither says anything (a scheduler's complaint about the pods outranks it)."""
     pod_reason, pod_message = pending_reason(pods, echoes)
     messages = [m for m in (message, pod_message) if m]
-    return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason,
+    return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason or fallback,
                      message="; ".join(messages))

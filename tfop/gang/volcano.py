@@ -68,5 +68,5 @@ class VolcanoBackend(GangBackend):
             message = f"PodGroup is {phase}"
         if cond and cond.get("message"):
             message += f": {cond['message']}"
-        reason = (cond or {}).get("reason", "") or ("" if admitted else "PodGroupPending")
-        return with_pods(admitted, phase, reason, message, pods)
+        return with_pods(admitted, phase, (cond or {}).get("reason", ""), message, pods,
+                         fallback="" if admitted else "PodGroupPending")

@@ -12,6 +12,7 @@ from tfop.children import Templates
 from tfop.gang.base import GangBackend
 from tfop.model import GROUP, LABEL_OPERATOR, LABEL_TYPE, OPERATOR_NAME, PLURAL, STORAGE_VERSION
 from tfop.normalize import canonical_type, normalize
+from tfop.operator.holding import hold_limits
 from tfop.operator.informer import Informer, JobKey, newer
 from tfop.operator.kube import ApiError, KubeClient
 from tfop.operator.trim import trim_job
@@ -23,28 +24,6 @@ log = logging.getLogger("tfop.controller")
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
-# A status change that only reports a starting job's progress (Created, Running, replica counts,
-# the gang's phase and pending reason) waits until the job's status has been quiet this long, so a
-# burst of pod and PodGroup events becomes one write; never longer than STATUS_MAX_DELAY after the
-# first unwritten change. Every other change (finished, failed, restarting, suspended, restart
-# counts, startTime) is written at once.
-STATUS_QUIET = 1.0
-STATUS_MAX_DELAY = 5.0
-# startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
-PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
-                   "observedGeneration", "gang"}
-PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
-
-
-def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """True when `new` differs from `old` only by a starting job's progress."""
-    if any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - PROGRESS_FIELDS):
-        return False
-    before = {c.get("type"): c.get("status") for c in old.get("conditions") or []}
-    after = {c.get("type"): c.get("status") for c in new.get("conditions") or []}
-    return all(before.get(t) == after.get(t) for t in (before.keys() | after.keys()) - PROGRESS_CONDITIONS)
-
-
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
     """RFC 7386 patch turning `old` into `new` (removed keys become null)."""
     patch: dict[str, Any] = {}
@@ -69,7 +48,7 @@ class Controller:
         self.settings, self.client, self.backend = settings, client, backend
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, dict] = {}
-        # Progress-only statuses not written yet (see STATUS_QUIET): reconciles read them as the
+        # Progress-only statuses not written yet (see holding.py): reconciles read them as the
         # job's status; (first, last) loop times of their changes.
         self.unwritten: dict[JobKey, dict] = {}
         self.unwritten_times: dict[JobKey, tuple[float, float]] = {}
@@ -288,17 +267,18 @@ class Controller:
         return status
 
     async def _status(self, key: JobKey, body: Mapping[str, Any], status: dict | None) -> None:
-        """Write the job's new status now, or hold a progress-only change back (see STATUS_QUIET)."""
+        """Write the job's new status now, or hold a progress-only change back (tfop/operator/holding.py)."""
         now = asyncio.get_running_loop().time()
         if status is None:
             status = self.unwritten[key]
             first, last = self.unwritten_times[key]
         else:
             first, last = self.unwritten_times.get(key, (now, now))[0], now
-        if (progress_only(body.get("status") or {}, status) and now - first < STATUS_MAX_DELAY
-                and now - last < STATUS_QUIET):
+        limits = hold_limits(body.get("status") or {}, status)
+        if limits is not None and now - first < limits[1] and now - last < limits[0]:
+            quiet, max_delay = limits
             self.unwritten[key], self.unwritten_times[key] = status, (first, last)
-            self.queue.add_after(key, min(first + STATUS_MAX_DELAY, last + STATUS_QUIET) - now + 0.01)
+            self.queue.add_after(key, min(first + max_delay, last + quiet) - now + 0.01)
             return
         self.unwritten.pop(key, None)
         self.unwritten_times.pop(key, None)
@@ -308,6 +288,16 @@ class Controller:
             self.unwritten.setdefault(key, status)  # a failed write is retried with the job
             self.unwritten_times.setdefault(key, (first, last))
             raise
+
+    async def flush_statuses(self, timeout: float = 5.0) -> int:
+        """On shutdown: write the held statuses, so `kubectl get tfjob` does not lag behind by a restart."""
+        held = [(key, status) for key, status in self.unwritten.items() if key in self.jobs]
+        self.unwritten.clear()
+        self.unwritten_times.clear()
+        results = await asyncio.wait_for(asyncio.gather(
+            *(self._write_status(key, self.jobs[key], status) for key, status in held), return_exceptions=True),
+            timeout)
+        return sum(not isinstance(r, BaseException) for r in results)
 
     async def _write_status(self, key: JobKey, body: Mapping[str, Any], status: dict) -> None:
         meta = body["metadata"]

@@ -94,6 +94,13 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
             # kopf waits 5 s for tasks started after it before it exits: stop ours now, not then.
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
+            try:
+                written = await controller.flush_statuses(timeout=3.0)
+                if written:
+                    log.info("wrote %d held job statuses before stopping", written)
+            except asyncio.TimeoutError:
+                log.warning("held job statuses not all written within 3 s of stopping; the next operator "
+                            "recomputes them")
 
         try:
             await kopf.operator(

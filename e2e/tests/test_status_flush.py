@@ -1,0 +1,51 @@
+"""Held statuses are written when the operator stops, on the real apiserver.
+
+The controller holds progress-only status changes (tfop/operator/holding.py);
+on SIGTERM, main.py's cleanup calls Controller.flush_statuses so the job's
+status does not lag behind by an operator restart. No operator runs in this
+namespace, so only the flush can have written what the test reads back.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import yaml
+
+from e2e.tests.lifecycle_helpers import tfjob
+from e2e.tfop_operator import deploy_manifests
+from tfop.operator.controller import TFJOB_API, Controller
+from tfop.operator.kube import Credentials, KubeClient
+from tfop.settings import Settings
+
+pytestmark = pytest.mark.cluster
+
+HELD = {"conditions": [{"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "held",
+                        "lastUpdateTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "startTime": "2026-01-01T00:00:00Z", "replicaStatuses": {"Worker": {"active": 1}}}
+
+
+async def flush(kubeconfig: str, namespace: str, names: list[str]) -> int:
+    async with KubeClient(Credentials.load(kubeconfig)) as client:
+        controller = Controller(Settings(namespaces=(namespace,)), client, None)
+        for name in names:
+            controller.job_event("ADDED", await client.get(TFJOB_API, "tfjobs", namespace, name))
+            controller.unwritten[(namespace, name)] = HELD
+            controller.unwritten_times[(namespace, name)] = (0.0, 0.0)
+        controller.unwritten[(namespace, "deleted-meanwhile")] = HELD  # its job is gone: skipped
+        return await controller.flush_statuses(timeout=10)
+
+
+def test_flush_writes_every_held_status(cluster, kubectl, namespace):
+    deploy_manifests(cluster, None)  # the CRD
+    names = ["flush-a", "flush-b"]
+    container = {"name": "tensorflow", "image": "tf"}
+    for name in names:
+        job = tfjob(name, {"Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}})
+        kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    assert asyncio.run(flush(str(cluster.kubeconfig), namespace, names)) == 2
+    for name in names:
+        status = json.loads(kubectl("-n", namespace, "get", "tfjob", name, "-o", "json").stdout)["status"]
+        assert status["conditions"][0]["message"] == "held"
+        assert status["replicaStatuses"] == {"Worker": {"active": 1}}

@@ -1,0 +1,49 @@
+"""Which status changes the controller may hold back, and for how long."""
+import pytest
+
+from tfop.operator.holding import PROGRESS_HOLD, STARTING_HOLD, hold_limits
+
+
+def cond(ctype, status="True"):
+    return {"type": ctype, "status": status, "reason": "r", "message": "m"}
+
+
+CREATED = [cond("Created")]
+RUNNING = [cond("Created"), cond("Running")]
+
+
+def st(conditions=CREATED, gang=None, **extra):
+    status = {"conditions": conditions, "startTime": "2026-01-01T00:00:00Z", **extra}
+    if gang:
+        status["gang"] = {"backend": "volcano", "group": "j", **gang}
+    return status
+
+
+WAIT = {"reason": "PodGroupPending", "phase": "Pending", "message": "PodGroup is Pending"}
+INQUEUE = {"reason": "Pending", "phase": "Inqueue", "message": "PodGroup is Inqueue; 0/5 running"}
+STUCK = {"reason": "NotEnoughResources", "phase": "Pending", "message": "5/5 tasks unschedulable"}
+
+# (written, new, limits)
+CASES = [
+    ("a gang's ordinary steps to start", st(gang=WAIT), st(gang=INQUEUE), STARTING_HOLD),
+    ("the same step, a new message", st(gang=WAIT), st(gang={**WAIT, "message": "x"}), STARTING_HOLD),
+    ("the scheduler says why it cannot place the gang", st(gang=WAIT), st(gang=STUCK), PROGRESS_HOLD),
+    ("the gang runs", st(gang=INQUEUE), st(RUNNING, gang={"phase": "Running"}), PROGRESS_HOLD),
+    ("no gang: replica counts", st(), st(replicaStatuses={"Worker": {"active": 2}}), PROGRESS_HOLD),
+    ("no gang: Running", st(), st(RUNNING), PROGRESS_HOLD),
+    ("the first gang state after one without", st(), st(gang=WAIT), PROGRESS_HOLD),
+    ("finished", st(RUNNING), st(RUNNING + [cond("Succeeded")]), None),
+    ("restart count", st(RUNNING), st(RUNNING, restartCount=1), None),
+    ("startTime", {"conditions": CREATED}, st(), None),
+    ("Running taken back (restarting)", st(RUNNING), st([cond("Created"), cond("Running", "False"),
+                                                          cond("Restarting")]), None),
+]
+
+
+@pytest.mark.parametrize("why, written, new, limits", CASES, ids=[c[0] for c in CASES])
+def test_hold_limits(why, written, new, limits):
+    assert hold_limits(written, new) == limits
+
+
+def test_starting_hold_is_longer():
+    assert STARTING_HOLD[0] > PROGRESS_HOLD[1]
