@@ -43,7 +43,10 @@ def parse_request_totals(text: str) -> Counter:
         if not m:
             continue
         labels = dict(_LABEL.findall(m.group(1)))
-        key = (labels.get("verb", ""), labels.get("group", ""), labels.get("resource", ""),
+        verb = labels.get("verb", "")
+        if labels.get("dry_run"):  # a dry run writes nothing: not counted among the writes
+            verb += " dry-run"
+        key = (verb, labels.get("group", ""), labels.get("resource", ""),
                labels.get("subresource", ""), labels.get("code", ""))
         out[key] += int(float(m.group(2)))
     return out
@@ -54,12 +57,21 @@ def resource_name(group: str, resource: str, sub: str) -> str:
 
 
 def operator_requests(delta: Counter, writes_only: bool = True) -> Counter:
-    """Counter[(verb, resource[/sub])] of the keys an operator of TFJobs touches."""
+    """Counter[(verb, resource[/sub])] of the keys an operator of TFJobs touches. Requests the
+    apiserver turned away with 429 (too many in flight) changed nothing: not writes (see throttled)."""
     out: Counter = Counter()
-    for (verb, group, resource, sub, _code), n in delta.items():
+    for (verb, group, resource, sub, code), n in delta.items():
+        if writes_only and code == "429":
+            continue
         if (group, resource, sub) in OPERATOR_KEYS and (verb in WRITE_VERBS or not writes_only) and n:
             out[(verb, resource_name(group, resource, sub))] += n
     return out
+
+
+def throttled(delta: Counter) -> int:
+    """Requests on an operator's keys that the apiserver answered 429 (retried by the client)."""
+    return sum(n for (verb, group, resource, sub, code), n in delta.items()
+               if code == "429" and (group, resource, sub) in OPERATOR_KEYS)
 
 
 def other_writes(delta: Counter) -> Counter:

@@ -91,3 +91,13 @@ def test_load_reads_the_file(tmp_path):
     path.write_text(yaml.safe_dump(config({"token": "abc"})))
     assert load(str(path), None, {}).token == "abc"
     assert load(None, None, {"KUBECONFIG": str(path)}).token == "abc"
+
+
+def test_retry_after_follows_the_apiserver_and_backs_off():
+    from tfop.operator.kube import _retry_after
+
+    for attempt in range(5):
+        for header, base in (("1", 1.0), (None, 1.0), ("junk", 1.0), ("3", 3.0), ("600", 10.0), ("0", 0.1)):
+            pause = _retry_after(header, attempt)
+            scale = min(2 ** attempt, 4) / 2
+            assert base * scale <= pause <= 2 * base * scale

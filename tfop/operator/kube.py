@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,19 @@ def _official_endpoint(kubeconfig: str | None, context: str | None):
                     token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file)
 
 
+# Like client-go: a request answered 429 is sent again up to this many times.
+THROTTLE_RETRIES = 10
+
+
+def _retry_after(header: str | None, attempt: int) -> float:
+    """The apiserver's Retry-After (seconds, usually 1), spread so a burst does not return at once."""
+    try:
+        base = min(max(float(header), 0.1), 10.0) if header else 1.0
+    except ValueError:
+        base = 1.0
+    return base * (1 + random.random()) * min(2 ** attempt, 4) / 2
+
+
 def collection_path(api_version: str, plural: str, namespace: str | None = None) -> str:
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
@@ -111,6 +125,7 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
+        self.throttled = 0  # answered 429 and sent again
 
     async def __aenter__(self) -> "KubeClient":
         connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self.credentials.ssl_context)
@@ -135,18 +150,25 @@ class KubeClient:
 
     async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", timeout: float = 30) -> Any:
-        self.requests += 1
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        async with self._session.request(
-            method, self.credentials.server + path, data=data, params=params,
-            headers=self._headers(content_type if body is not None else None),
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response:
-            text = await response.text()
-            payload = json.loads(text) if text and text[0] in "{[" else text
-            if response.status >= 400:
-                raise ApiError(response.status, payload, method, path)
-            return payload
+        for attempt in range(THROTTLE_RETRIES + 1):
+            self.requests += 1
+            async with self._session.request(
+                method, self.credentials.server + path, data=data, params=params,
+                headers=self._headers(content_type if body is not None else None),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                text = await response.text()
+                payload = json.loads(text) if text and text[0] in "{[" else text
+                if response.status == 429 and attempt < THROTTLE_RETRIES:
+                    # Too many requests in flight: turned away before it did anything, so any
+                    # verb may be sent again, after the pause the apiserver asks for.
+                    self.throttled += 1
+                    await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
+                    continue
+                if response.status >= 400:
+                    raise ApiError(response.status, payload, method, path)
+                return payload
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False) -> dict | None:
