@@ -43,7 +43,11 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "scheduler-plugins-scheduler": "sigs.k8s.io/scheduler-plugins/cmd/scheduler",
         "scheduler-plugins-controller": "sigs.k8s.io/scheduler-plugins/cmd/controller",
     },
-    "volcano": {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler"},
+    "volcano": {
+        "vc-scheduler": "volcano.sh/volcano/cmd/scheduler",
+        # Only clusters that ask for the "volcano-webhook" scheduler entry run it.
+        "vc-webhook-manager": "volcano.sh/volcano/cmd/webhook-manager",
+    },
     "koordinator": {"koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler"},
     # Optional (not built unless asked for or a cluster needs it).
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},

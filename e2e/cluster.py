@@ -2,7 +2,8 @@
 
 etcd, kube-apiserver (RBAC), kube-controller-manager, kube-scheduler, kwok
 (fake GPU nodes) and batch schedulers (scheduler-plugins Coscheduling,
-Volcano, Koordinator; YuniKorn on request), all built by e2e.build.
+Volcano, Koordinator; YuniKorn and Volcano's admission webhook on request),
+all built by e2e.build.
 
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
                              [--schedulers default,coscheduling,volcano,koordinator]
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import ctypes
 import json
 import os
@@ -31,8 +33,10 @@ import yaml
 from e2e import build, kwok_stages, pki
 
 ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the default set
-# YuniKorn is opt-in: its web port (9080) is fixed, so only one YuniKorn cluster per machine.
-KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn",)
+# Opt-in: YuniKorn's web port (9080) is fixed, so only one YuniKorn cluster per machine; Volcano's
+# admission webhook (needs "volcano") registers cluster-wide webhook configurations that every
+# pod create of the cluster then goes through.
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook")
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
@@ -42,6 +46,11 @@ YUNIKORN_SCHEDULER_NAME = "yunikorn"
 KOORDINATOR_SCHEDULER_NAME = "koord-scheduler"
 YUNIKORN_NAMESPACE = "yunikorn"
 YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster per machine
+# What the harness enables of vc-webhook-manager: the pod validation (the webhook that once
+# refused pods of a Pending PodGroup) and the PodGroup validation, where Volcano moved its queue
+# check (volcano-sh/volcano#4132). Upstream's chart names each configuration
+# volcano-admission-service-<path with / as ->; the manager polls for them, then serves.
+VOLCANO_ADMISSIONS = ("/pods/validate", "/podgroups/validate")
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.0.0.0/24"
 
@@ -74,7 +83,7 @@ def components_for(schedulers) -> list[str]:
     """Build components a cluster with these schedulers needs."""
     comps = ["kubernetes", "etcd", "kwok"]
     extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn",
-             "koordinator": "koordinator"}
+             "koordinator": "koordinator"}  # volcano-webhook: the volcano component's second binary
     return comps + [extra[s] for s in schedulers if s in extra]
 
 
@@ -140,6 +149,8 @@ class Cluster:
         unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
+        if "volcano-webhook" in schedulers and "volcano" not in schedulers:
+            raise ClusterError("volcano-webhook needs volcano (its CRDs and open queues)")
         c = cls(Path(dir) if dir else default_dir())
         if any(c.alive_components().values()):
             raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
@@ -263,7 +274,8 @@ class Cluster:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
                                           "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
-                                          "volcano_metrics", "volcano_healthz", "koord")}
+                                          "volcano_metrics", "volcano_healthz", "volcano_webhook",
+                                          "koord")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
                       "next_node": 0}
@@ -345,6 +357,8 @@ class Cluster:
         self._wait("default ServiceAccount", lambda: self.kubectl(
             "get", "sa", "default", "-n", "default", check=False).returncode == 0,
             timeout, "kube-controller-manager")
+        if "volcano-webhook" in schedulers:  # last: its readiness check creates a (dry-run) pod
+            self._start_volcano_webhook(timeout)
 
     def _start_coscheduling(self, timeout: float) -> None:
         src = build.module_dir("scheduler-plugins", "sigs.k8s.io/scheduler-plugins")
@@ -399,6 +413,34 @@ class Cluster:
                 "get", "queues.scheduling.volcano.sh", q, check=False).returncode == 0,
                 timeout, "volcano-scheduler")
             self.open_volcano_queue(q)
+
+    def _start_volcano_webhook(self, timeout: float) -> None:
+        """vc-webhook-manager outside a cluster: it serves TLS on 127.0.0.1 and the webhook
+        configurations name it by URL. This manager only fills in caBundles of configurations
+        that exist (it creates none), so the harness creates them, as upstream's chart does."""
+        port = self.state["ports"]["volcano_webhook"]
+        pki.make_cert(self.pki, "volcano-webhook", "/CN=volcano-webhook", server_sans=["IP:127.0.0.1"])
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        self.apply([_volcano_webhook_config(path, f"https://127.0.0.1:{port}", ca)
+                    for path in VOLCANO_ADMISSIONS])
+        self._spawn("volcano-webhook", [
+            build.binary("vc-webhook-manager"), "--kubeconfig", self.dir / "kubeconfigs" / "volcano.kubeconfig",
+            "--listen-address", "127.0.0.1", "--port", port,
+            # --webhook-url is only checked for being set (or a Service namespace/name) at start.
+            "--webhook-url", f"https://127.0.0.1:{port}",
+            "--tls-cert-file", self.pki / "volcano-webhook.crt",
+            "--tls-private-key-file", self.pki / "volcano-webhook.key", "--ca-cert-file", self.pki / "ca.crt",
+            "--enabled-admission", ",".join(VOLCANO_ADMISSIONS), "--scheduler-name", VOLCANO_SCHEDULER_NAME,
+            "--graceful-shutdown-time", "1s",
+            "-v", "3"])  # logs each admission ("admitting pods -- CREATE"): tests count them
+
+        def answers() -> bool:
+            # A pod the pod validation must deny (invalid JDB annotation): proves the apiserver
+            # reaches the manager with our CA, and that its caches synced (it serves only then).
+            p = self.kubectl("create", "--dry-run=server", "-f", "-", check=False,
+                             input=json.dumps(_volcano_bad_pod()))
+            return "validatepod.volcano.sh" in p.stderr and "denied the request" in p.stderr
+        self._wait("volcano-webhook denying an invalid pod", answers, timeout, "volcano-webhook")
 
     def _start_yunikorn(self, timeout: float) -> None:
         # The standalone shim reads KUBECONFIG and keeps its configmaps
@@ -536,6 +578,34 @@ class Cluster:
 
 
 # ---------- module helpers ----------
+
+def _volcano_webhook_config(path: str, url: str, ca_bundle: str) -> dict:
+    """A ValidatingWebhookConfiguration as Volcano's chart (installer/helm/.../webhooks.yaml)
+    makes it for `path`, with a URL instead of its in-cluster Service."""
+    resource = path.strip("/").split("/")[0]  # pods, podgroups
+    api = {"pods": ("", "v1"), "podgroups": ("scheduling.volcano.sh", "v1beta1")}[resource]
+    webhook = {
+        "name": f"validate{resource[:-1]}.volcano.sh",  # validatepod, validatepodgroup
+        "admissionReviewVersions": ["v1"], "clientConfig": {"url": url + path, "caBundle": ca_bundle},
+        "failurePolicy": "Fail", "matchPolicy": "Equivalent", "sideEffects": "NoneOnDryRun",
+        "timeoutSeconds": 10,
+        "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                    "values": ["volcano-system", "kube-system"]}]},
+        "rules": [{"apiGroups": [api[0]], "apiVersions": [api[1]], "operations": ["CREATE"],
+                   "resources": [resource], "scope": "*"}],
+    }
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "volcano-admission-service" + path.replace("/", "-")},
+            "webhooks": [webhook]}
+
+
+def _volcano_bad_pod() -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "volcano-webhook-probe", "namespace": "default",
+                         "annotations": {"volcano.sh/jdb-min-available": "0"}},
+            "spec": {"schedulerName": VOLCANO_SCHEDULER_NAME,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
 
 def _pid_alive(pid: int, cluster_dir: Path) -> bool:
     # Guard against pid reuse: every component runs with DIR as its cwd.

@@ -5,7 +5,9 @@ Load with `pytest_plugins = ["e2e.pytest_plugin"]` in a top-level conftest.py.
 Fixtures: `cluster` (session; an e2e.cluster.Cluster), `namespace` (function;
 a fresh namespace name, deleted afterwards), `kubectl` (function; runs the
 built kubectl against the cluster as admin). Mark tests with
-`@pytest.mark.cluster`.
+`@pytest.mark.cluster`. `own_cluster(dir, schedulers)` starts a cluster for
+one module only (e.g. with Volcano's cluster-wide admission webhook), under the
+same skip/fail rules.
 
 Environment: CI=true turns every start-up problem (no Go, build failure,
 component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
@@ -16,6 +18,7 @@ TFOP_E2E_GPUS_PER_NODE (1) shape the session cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -54,13 +57,9 @@ def _get_cluster(tmp_dir) -> Cluster:
     if _session_cluster is not None:
         return _session_cluster
     if _session_error is not None:  # don't retry a failed start for every test
-        pytest.fail(_session_error, pytest_trace=False)
+        pytest.fail(_session_error, pytrace=False)
     schedulers = os.environ.get("TFOP_E2E_SCHEDULERS", ",".join(ALL_SCHEDULERS)).split(",")
-    if build.go_exe() is None and not all(build.is_built(c) for c in components_for(schedulers)):
-        msg = "Go toolchain not found and e2e binaries not built: cannot run real-cluster tests"
-        if _in_ci():
-            pytest.fail(msg, pytest_trace=False)
-        pytest.skip(msg + " (install Go, then `python -m e2e.build`)")
+    _skip_without_binaries(schedulers)
     try:
         _session_cluster = Cluster.up(
             tmp_dir, schedulers=[s for s in schedulers if s],
@@ -68,8 +67,31 @@ def _get_cluster(tmp_dir) -> Cluster:
             gpus_per_node=int(os.environ.get("TFOP_E2E_GPUS_PER_NODE", "1")))
     except Exception as e:  # a failure, in CI and outside: the harness is broken
         _session_error = f"e2e cluster failed to start: {e}"
-        pytest.fail(_session_error, pytest_trace=False)
+        pytest.fail(_session_error, pytrace=False)
     return _session_cluster
+
+
+def _skip_without_binaries(schedulers) -> None:
+    if build.go_exe() is None and not all(build.is_built(c) for c in components_for(schedulers)):
+        msg = "Go toolchain not found and e2e binaries not built: cannot run real-cluster tests"
+        if _in_ci():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg + " (install Go, then `python -m e2e.build`)")
+
+
+@contextlib.contextmanager
+def own_cluster(tmp_dir, schedulers, **kwargs):
+    """A cluster apart from the session's, stopped on exit: for components whose effect is
+    cluster-wide (admission webhooks see every pod) and must not reach other tests."""
+    _skip_without_binaries(schedulers)
+    try:
+        c = Cluster.up(tmp_dir, schedulers=list(schedulers), **kwargs)
+    except Exception as e:  # a failure, in CI and outside: the harness is broken
+        pytest.fail(f"e2e cluster failed to start: {e}", pytrace=False)
+    try:
+        yield c
+    finally:
+        c.down()
 
 
 @pytest.fixture(scope="session")

@@ -349,7 +349,7 @@ def condition(job_obj: dict | None, ctype: str) -> dict | None:
 
 # ---------------------------------------------------------------------------- concurrent operators
 
-_deployed: set[str] = set()
+_deployed: set[tuple[str, str]] = set()  # (cluster dir, account): a test may run its own cluster
 _deploy_lock = threading.Lock()
 
 
@@ -367,7 +367,7 @@ class ScopedOperator(OperatorProcess):
         from tfop.manifests import render_manifests
 
         with _deploy_lock:
-            if self.account in _deployed:
+            if (str(self.cluster.dir), self.account) in _deployed:
                 return
             objs = []
             for o in render_manifests(enable_gang=bool(self.gang), gang_scheduler_name=self.gang):
@@ -383,7 +383,7 @@ class ScopedOperator(OperatorProcess):
             self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                                  input=yaml.safe_dump_all(objs))
             wait_established(self.cluster, "tfjobs.kubeflow.org")
-            _deployed.add(self.account)
+            _deployed.add((str(self.cluster.dir), self.account))
 
     def args(self) -> list[str]:
         token = self.cluster.kubectl("create", "token", self.account, "-n", OPERATOR_NAMESPACE,
