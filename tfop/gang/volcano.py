@@ -1,4 +1,11 @@
-"""Volcano: a PodGroup that must be admitted (Inqueue) before pods are created.
+"""Volcano: a PodGroup that Volcano admits (Inqueue) before it binds the pods.
+
+tfop creates the pods once the group is admitted, or together with the group
+when nothing refuses pods of a Pending group (Context.pods_before_admission).
+Volcano's pod webhook refused them until volcano-sh/volcano#2078 (2022), and
+refused pods whose PodGroup it cannot get until #4132 (2025). Releases since
+(the e2e harness runs v1.14.1's) check only the pod's `volcano.sh/jdb-*`
+annotations, and the queue check moved to the PodGroup webhook.
 
 Volcano identifies a pod's task by its `volcano.sh/task-spec` annotation and
 looks that value up in the PodGroup's minTaskMember, so both use the same key:
@@ -45,8 +52,10 @@ class VolcanoBackend(GangBackend):
                                         TASK_SPEC_ANNOTATION: replica.lower})
 
     def admission_probe(self, namespace: str) -> dict | None:
-        # Volcano's pod webhook refuses a pod whose group it cannot get, as it refuses pods of a
-        # Pending group; without the webhook the dry run is accepted.
+        # Refused by Volcano's pod webhooks that looked the group up (before #4132; those before
+        # #2078 also refused pods of a Pending group): then pods wait for admission, which is
+        # needlessly careful with 2022-2025 webhooks, but safe. Accepted by newer webhooks
+        # and when none runs: pods go with the group.
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "tfop-admission-probe", "namespace": namespace,
                              "annotations": {GROUP_NAME_ANNOTATION: "tfop-admission-probe-no-such-group"}},
@@ -54,9 +63,9 @@ class VolcanoBackend(GangBackend):
                          "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}}
 
     def state(self, group, pods) -> GangState:
-        # Pods of a Pending group are refused by Volcano's admission webhook, so by default they
-        # wait until the group leaves Pending (the operator creates them earlier when its
-        # admission_probe shows no webhook: Context.pods_before_admission).
+        # Old Volcano webhooks refuse pods of a Pending group, so by default they wait until the
+        # group leaves Pending (the operator creates them earlier when its admission_probe is
+        # accepted: Context.pods_before_admission).
         phase = phase_of(group)
         admitted = group is not None and phase not in WAITING_PHASES
         cond = condition(group, "Unschedulable")
