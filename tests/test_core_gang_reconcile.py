@@ -523,3 +523,23 @@ def test_deadline_exceeded_deletes_group_and_pods():
     assert last_condition(plan.status)["type"] == "Failed"
     assert refs(plan) == ["Pod/tf-job-ps-0", "Pod/tf-job-worker-0", "Pod/tf-job-worker-1", "PodGroup/tf-job"]
     assert plan.create_group is None
+
+
+def test_gang_message_keeps_the_cause_when_pods_only_echo_it():
+    """Coscheduling writes the cause on the pod that did not fit and echoes on its siblings; once
+    that pod is retried, every pod may show only the echo: status.gang keeps the cause."""
+    echo = "0/1 nodes are available: 1 optimistic rejection in PostFilter."
+    job = gang_job()
+    group = group_of(desired_group("scheduler-plugins"), phase="Pending")
+    cause = f"PodGroup is Pending; 3/3 pods unschedulable: {POD_MESSAGE}"
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(5),
+                      gang={"backend": "scheduler-plugins", "group": "tf-job", "phase": "Pending",
+                            "reason": "Unschedulable", "message": cause, "since": ago(5)})
+    pods = gang_pods(job, "scheduler-plugins", phase="Pending",
+                     **{k: dict(unschedulable=echo) for k in ("ps_0", "worker_0", "worker_1")})
+    plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("scheduler-plugins"))
+    assert plan.status is None or plan.status["gang"]["message"] == cause
+    # a new phase is news: the echo is shown then
+    moved = group_of(desired_group("scheduler-plugins"), phase="Scheduling")
+    plan = run(job, Observed(pods=pods, services=all_services(job), group=moved), ctx=ctx("scheduler-plugins"))
+    assert echo in plan.status["gang"]["message"]

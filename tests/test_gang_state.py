@@ -121,6 +121,12 @@ SCHEDULER_PLUGINS.append(  # seed 003 on the real scheduler: 4 echoes, 1 cause; 
                f"PodGroup is Scheduling; 5/5 pods unschedulable: {CAUSE} (and 2 other reasons)")))
 
 
+SCHEDULER_PLUGINS.append(  # only echoes: the cause was on a pod retried since; not explained
+    (group("Scheduling"), [pod(ECHO)] * 5,
+     GangState(True, "Scheduling", "Unschedulable", f"PodGroup is Scheduling; 5/5 pods unschedulable: {ECHO}",
+               explained=False)))
+
+
 @pytest.mark.parametrize("observed,pods,expected", SCHEDULER_PLUGINS)
 def test_scheduler_plugins_state(observed, pods, expected):
     assert SchedulerPluginsBackend().state(observed, pods) == expected
@@ -138,3 +144,11 @@ def test_group_changes_default_patch():
     assert VolcanoBackend().group_changes({"spec": {"minMember": 5, "queue": "default"}},
                                           desired) == {"spec": {"minMember": 3}}
     assert VolcanoBackend().group_changes(desired, desired) is None
+
+
+def test_volcano_pending_group_says_what_admission_waits_for():
+    pending = group("Pending")
+    pending["spec"] = {"minResources": {"nvidia.com/gpu": "8", "cpu": "5"}, "queue": "research"}
+    state = VolcanoBackend().state(pending, [])
+    assert state.message == ("PodGroup is Pending (Volcano admits it once its minResources, cpu 5, nvidia.com/gpu 8, "
+                             "fit in the idle capacity of the cluster and of queue research)")

@@ -230,6 +230,9 @@ class _Reconcile:
         if waiting:
             gang["reason"] = state.reason or ("Pending" if state.admitted else "NotAdmitted")
             gang["message"] = state.message or f"{running}/{shape.min_member} gang members running"
+            same = all(previous.get(k) == gang.get(k) for k in ("reason", "phase"))
+            if not state.explained and same and previous.get("message"):
+                gang["message"] = previous["message"]  # the scheduler's reason, not the echo after it
             gang["since"] = previous.get("since") or S.timestamp_ceil(self.now)
         self.status["gang"] = gang
         if waiting and gang["reason"] == "Unschedulable":

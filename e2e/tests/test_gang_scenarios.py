@@ -136,10 +136,14 @@ def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, 
             assert_no_group_objects(api, namespace)
 
         # The job's status says why, in the scheduler's words.
+        # The scheduler's words when it tried to place the pods; for a Volcano group still
+        # Pending (its enqueue action found too few idle GPUs), tfop's account of what it waits for.
         def explained():
             gang = gang_status(api, namespace, name)
             msg = gang.get("message", "").lower()
-            return gang if ("unschedulable" in msg and "insufficient nvidia.com/gpu" in msg) else None
+            tried = "unschedulable" in msg and "insufficient nvidia.com/gpu" in msg
+            enqueue = backend == "volcano" and "minresources" in msg and "nvidia.com/gpu 8" in msg
+            return gang if tried or enqueue else None
         gang = wait_until(explained, 20, "status.gang explaining the wait",
                           lambda: gang_status(api, namespace, name))
         assert gang["backend"] == tfop_backend and gang["group"] == name

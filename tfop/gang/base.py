@@ -59,6 +59,9 @@ class GangState:
     phase: str = ""  # the group's phase, or "" when the backend has no group object
     reason: str = ""
     message: str = ""
+    # False when the pods only echo that a sibling was rejected: the reason why is elsewhere,
+    # so the operator keeps the message it last had for this reason.
+    explained: bool = True
 
 
 class GangBackend(ABC):

@@ -81,5 +81,6 @@ def with_pods(admitted: bool, phase: str, reason: str, message: str,
     when neither says anything (a scheduler's complaint about the pods outranks it)."""
     pod_reason, pod_message = pending_reason(pods, echoes)
     messages = [m for m in (message, pod_message) if m]
-    return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason or fallback,
+    echoed = bool(pod_message) and any(e in pod_message.split(": ", 1)[-1] for e in echoes)
+    return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason or fallback, explained=not echoed,
                      message="; ".join(messages))

@@ -77,5 +77,18 @@ class VolcanoBackend(GangBackend):
             message = f"PodGroup is {phase}"
         if cond and cond.get("message"):
             message += f": {cond['message']}"
+        if phase == "Pending":
+            message += _admission_rule(group)
         return with_pods(admitted, phase, (cond or {}).get("reason", ""), message, pods,
                          fallback="" if admitted else "PodGroupPending")
+
+
+def _admission_rule(group) -> str:
+    """Volcano's own words for a Pending group ("pod group is not ready, 5 Pending") do not say
+    what it waits for: its enqueue action admits it once minResources fit what is idle."""
+    spec = group.get("spec") or {}
+    need = ", ".join(f"{k} {v}" for k, v in sorted((spec.get("minResources") or {}).items()))
+    if not need:
+        return ""
+    return (f" (Volcano admits it once its minResources, {need}, fit in the idle capacity of the cluster "
+            f"and of queue {spec.get('queue') or DEFAULT_QUEUE})")
