@@ -55,6 +55,7 @@ def test_pending_reason(pods, expected):
 
 WAITING = [pod(NO_FIT)] * 5
 POD_MSG = f"5/5 pods unschedulable: {NO_FIT}"
+NOT_READY = "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 5 Unschedulable"
 
 VOLCANO = [
     (None, [], GangState(False, "", "PodGroupPending", "waiting for the PodGroup to be created")),
@@ -65,6 +66,12 @@ VOLCANO = [
      GangState(False, "Pending", "NotEnoughResources", f"PodGroup is Pending: {GANG}")),
     # pods created before admission (no Volcano webhook) that the scheduler rejects: their reason wins
     (group("Pending"), WAITING, GangState(False, "Pending", "Unschedulable", f"PodGroup is Pending; {POD_MSG}")),
+    # pods that only say the gang is not placed yet: still on its way, not a reason of their own
+    (group("Pending"), [pod(NOT_READY)] * 5,
+     GangState(False, "Pending", "PodGroupPending", f"PodGroup is Pending; 5/5 pods unschedulable: {NOT_READY}",
+               explained=False)),
+    (group("Inqueue"), [pod(NOT_READY)] * 5,
+     GangState(True, "Inqueue", "", f"PodGroup is Inqueue; 5/5 pods unschedulable: {NOT_READY}", explained=False)),
     (group("Inqueue"), [], GangState(True, "Inqueue", "", "PodGroup is Inqueue")),
     (group("Inqueue", [UNSCHEDULABLE]), WAITING,
      GangState(True, "Inqueue", "NotEnoughResources", f"PodGroup is Inqueue: {GANG}; {POD_MSG}")),

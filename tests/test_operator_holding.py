@@ -29,6 +29,8 @@ CASES = [
     ("the same step, a new message", st(gang=WAIT), st(gang={**WAIT, "message": "x"}), STARTING_HOLD),
     ("the scheduler says why it cannot place the gang", st(gang=WAIT), st(gang=STUCK), PROGRESS_HOLD),
     ("the gang runs", st(gang=INQUEUE), st(RUNNING, gang={"phase": "Running"}), PROGRESS_HOLD),
+    ("some members run, the rest start", st(gang=INQUEUE),
+     st(RUNNING, gang={**INQUEUE, "message": "3/5 gang members running"}), STARTING_HOLD),
     ("no gang: replica counts", st(), st(replicaStatuses={"Worker": {"active": 2}}), PROGRESS_HOLD),
     ("no gang: Running", st(), st(RUNNING), PROGRESS_HOLD),
     ("the first gang state after one without", st(), st(gang=WAIT), PROGRESS_HOLD),

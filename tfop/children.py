@@ -91,7 +91,9 @@ def tensorflow_ports(replica: ReplicaSpec) -> list[dict[str, Any]]:
                 {"name": p["name"], "port": p["containerPort"], "targetPort": p["containerPort"]}
                 for p in container.get("ports") or [] if p.get("name") and p.get("containerPort")
             ]
-    if not any(p["name"] == DEFAULT_PORT_NAME for p in ports):
+    # A port the user already exposes as 2222 under another name must not appear twice: the
+    # apiserver refuses a Service with a duplicate port.
+    if not any(p["name"] == DEFAULT_PORT_NAME or p["port"] == DEFAULT_PORT for p in ports):
         ports.append({"name": DEFAULT_PORT_NAME, "port": DEFAULT_PORT, "targetPort": DEFAULT_PORT})
     return ports
 
@@ -134,7 +136,11 @@ def _prepare_tensorflow_container(spec: dict, config: str | None) -> None:
             continue
         ports = container.setdefault("ports", [])
         if not any(p.get("name") == DEFAULT_PORT_NAME for p in ports):
-            ports.append({"name": DEFAULT_PORT_NAME, "containerPort": DEFAULT_PORT})
+            same = [p for p in ports if p.get("containerPort") == DEFAULT_PORT]
+            if not same:
+                ports.append({"name": DEFAULT_PORT_NAME, "containerPort": DEFAULT_PORT})
+            elif not same[0].get("name"):
+                same[0]["name"] = DEFAULT_PORT_NAME  # the user's unnamed 2222 is the tfjob-port
         if config is not None:
             env = [e for e in container.get("env") or [] if e.get("name") != "TF_CONFIG"]
             env.append({"name": "TF_CONFIG", "value": config})

@@ -38,7 +38,7 @@ from e2e.tests.gang_helpers import (
 
 pytestmark = pytest.mark.cluster
 ACCEPTED = "dry-run pod accepted"  # tfop's log when its probe passed admission
-REFUSED = "refused a dry-run pod"
+REFUSED = "dry-run pod of a"  # tfop's log when its probe did not pass
 SWITCHED = "refuses pods of unadmitted groups"  # tfop's runtime fallback to waiting
 ADMITTED_POD = "admitting pods -- CREATE"  # vc-webhook-manager -v=3, once per pod it admits
 

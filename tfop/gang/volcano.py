@@ -21,6 +21,9 @@ PODGROUP = GroupResource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGr
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
 DEFAULT_QUEUE = "default"
+# What Volcano writes on the pods of a gang it has not placed yet, whatever the cause: the cause,
+# if there is one, is in the PodGroup's Unschedulable condition.
+POD_ECHOES = ("pod group is not ready",)
 # Phases in which Volcano has not yet admitted the group ("" = not yet seen by it).
 WAITING_PHASES = ("", "Pending")
 
@@ -79,8 +82,8 @@ class VolcanoBackend(GangBackend):
             message += f": {cond['message']}"
         if phase == "Pending":
             message += _admission_rule(group)
-        return with_pods(admitted, phase, (cond or {}).get("reason", ""), message, pods,
-                         fallback="" if admitted else "PodGroupPending")
+        return with_pods(admitted, phase, (cond or {}).get("reason", ""), message, pods, POD_ECHOES,
+                         fallback="" if admitted else "PodGroupPending", echoes_are_progress=True)
 
 
 def _admission_rule(group) -> str:

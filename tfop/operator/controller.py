@@ -24,6 +24,11 @@ log = logging.getLogger("tfop.controller")
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
+# How often a group object refused at admission is tried again (a missing queue may be created).
+GROUP_RETRY_SECONDS = 30.0
+# How soon pods refused until their group is admitted are tried again (the group's watch event
+# usually comes first).
+DEFERRED_RETRY_SECONDS = 5.0
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
     """RFC 7386 patch turning `old` into `new` (removed keys become null)."""
     patch: dict[str, Any] = {}
@@ -54,7 +59,8 @@ class Controller:
         self.unwritten_times: dict[JobKey, tuple[float, float]] = {}
         # Pods this operator deleted, so their disappearance is not mistaken for a lost gang member.
         self.our_deletions: dict[JobKey, set[str]] = {}
-        self.queue = WorkQueue(self.reconcile, workers=32)
+        # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
+        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests)
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         namespaces = list(settings.namespaces) or [None]
         selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
@@ -106,8 +112,8 @@ class Controller:
         try:
             await self._call(self.client.create, probe, "pods", dry_run=True)
         except ApiError as err:
-            log.info("%s's admission webhook refused a dry-run pod (%s): a gang's pods are created once its "
-                     "group is admitted", self.backend.name, err)
+            log.info("a dry-run pod of a %s gang was refused (%s), perhaps by %s's admission webhook: a gang's pods "
+                     "are created once its group is admitted", self.backend.name, err, self.backend.name)
             return
         self.ctx = replace(self.ctx, pods_before_admission=True)
         log.info("no admission webhook of %s refuses pods of an unadmitted group (dry-run pod accepted): a "
@@ -117,7 +123,8 @@ class Controller:
     def refused_for_admission(self, err: ApiError) -> bool:
         """A webhook installed after the start refuses pods of an unadmitted group: wait from now on."""
         message = str(err.body.get("message", "") if isinstance(err.body, dict) else err.body).lower()
-        if not ("denied the request" in message and "podgroup" in message):
+        # Webhooks say "denied the request", admission policies "denied request".
+        if not ("denied" in message and "podgroup" in message):
             return False
         if self.ctx.pods_before_admission:
             log.warning("an admission webhook refuses pods of unadmitted groups (%s): from now on a gang's pods "
@@ -177,7 +184,12 @@ class Controller:
         rejected: list[tuple[str, str]] = []  # ("pod <name>", why)
         deferred: list[str] = []  # "pod <name>" refused until its group is admitted
         if plan.create_group is not None:
-            created = await self._call(self.client.create, plan.create_group, self.backend.group_resource.plural)
+            try:
+                created = await self._call(self.client.create, plan.create_group, self.backend.group_resource.plural)
+            except ApiError as err:
+                if err.status not in (400, 422):
+                    raise
+                return await self._group_refused(key, body, plan, err)
             if created and self.groups is not None:
                 self.groups.upsert(created)
         results = await asyncio.gather(
@@ -190,14 +202,16 @@ class Controller:
         status = plan.status
         if deferred:
             plan.events[:] = [e for e in (_without_refused(e, set(deferred)) for e in plan.events) if e is not None]
+            self.queue.add_after(key, DEFERRED_RETRY_SECONDS)  # the group may be admitted already
         if rejected:
             pending = self.unwritten.get(key)
             status = self._rejected(body if pending is None else {**body, "status": pending}, status, rejected, plan)
-        if status is not None or key in self.unwritten:
-            await self._status(key, body, status)
         now = S.timestamp(datetime.now(timezone.utc))
-        await asyncio.gather(*(self._call(self.client.post_event, self._ref(body), e.type, e.reason, e.message, now)
-                               for e in plan.events))
+        # The status and the Events go out together: a reconcile holds its worker for one round trip.
+        await asyncio.gather(
+            *([self._status(key, body, status)] if status is not None or key in self.unwritten else []),
+            *(self._call(self.client.post_event, self._ref(body), e.type, e.reason, e.message, now)
+              for e in plan.events))
         if plan.delete_job:
             meta = body["metadata"]
             await self._call(self.client.delete, TFJOB_API, PLURAL, meta["namespace"], meta["name"], "Background")
@@ -210,6 +224,23 @@ class Controller:
                 await self._call(self.client.post_event, self._ref(body), "Warning", "Forbidden",
                                  f"{forbidden[0]}; run `tfop doctor` for the missing ClusterRole rule", now)
             raise errors[0]
+
+    async def _group_refused(self, key: JobKey, body: Mapping[str, Any], plan: Plan, err: ApiError) -> None:
+        """An admission webhook or policy refused the gang's group object (Volcano's, for a queue that
+        does not exist): no pods without their group; say why on the job, try again later."""
+        group = plan.create_group
+        why = err.body.get("message", str(err)) if isinstance(err.body, dict) else str(err)
+        message = (f"the apiserver refused {group['kind']} {group['metadata']['name']}: {why}; fix the job "
+                   f"(e.g. runPolicy.schedulingPolicy.queue) or the cluster; tfop tries again every "
+                   f"{GROUP_RETRY_SECONDS:.0f} s")
+        current = self.unwritten.get(key) or body.get("status") or {}
+        status = dict(plan.status if plan.status is not None else current)
+        status["gang"] = {**(status.get("gang") or {}), "reason": "GroupRefused", "message": message}
+        if (current.get("gang") or {}).get("message") != message:
+            now = S.timestamp(datetime.now(timezone.utc))
+            await self._call(self.client.post_event, self._ref(body), "Warning", "GangGroupRefused", message, now)
+        await self._status(key, body, status)
+        self.queue.add_after(key, GROUP_RETRY_SECONDS)
 
     @staticmethod
     def _ref(body: Mapping[str, Any]) -> dict:

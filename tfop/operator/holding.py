@@ -39,8 +39,9 @@ def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 def gang_starting(status: Mapping[str, Any]) -> bool:
-    gang = status.get("gang") or {}
-    return gang.get("reason") in STARTING_GANG_REASONS and not S.is_true(status.get("conditions") or [], S.RUNNING)
+    """A gang on its way: also while some members run and the rest are still being started (the
+    kubelets report them one by one), which is not worth a write per member."""
+    return (status.get("gang") or {}).get("reason") in STARTING_GANG_REASONS
 
 
 def hold_limits(written: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[float, float] | None:
