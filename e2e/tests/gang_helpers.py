@@ -203,6 +203,20 @@ def pool(cluster, api: Api, name: str):
 # ---------------------------------------------------------------------------- jobs
 
 
+@contextlib.contextmanager
+def gpu_pool(cluster, api: Api, ns: str):
+    """The test's pool. Its pods go before its nodes do: pods left bound to deleted nodes still
+    count in Volcano's queue until the pod GC removes them (about 40 s later), and would keep the
+    next test's gang Pending. (Deleting the pods takes 1 s, waiting for the namespace 10 s.)"""
+    with pool(cluster, api, ns) as p:
+        try:
+            yield p
+        finally:
+            cluster.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=60s",
+                            check=False, timeout=70)
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def prepare_job(job: dict, ns: str, pool: Pool | None = None, name: str | None = None,
                 keep_scheduler_name: bool = False, replicas: dict[str, int] | None = None) -> dict:
     """A seed's job in this test's namespace (and pool). The seeds' schedulerName

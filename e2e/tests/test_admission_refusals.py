@@ -17,10 +17,10 @@ import pytest
 from e2e.tests.gang_helpers import (
     Api,
     condition,
+    gpu_pool,
     new_namespace,
     operator,
     phases,
-    pool,
     prepare_job,
     seed,
     submit,
@@ -85,7 +85,7 @@ def test_probe_refused_so_pods_wait_for_admission(cluster):
                  f"object.metadata.annotations['{GROUP_NAME}'] == 'tfop-admission-probe-no-such-group')"
     with policy(cluster, ns, ("", "v1", "pods"), expression,
                 'failed to get PodGroup: podgroups "tfop-admission-probe-no-such-group" not found'), \
-            pool(cluster, api, ns) as p:
+            gpu_pool(cluster, api, ns) as p:
         wait_policy_active(cluster, ns, probe_like(ns))
         with operator(cluster, ns, "volcano") as op:
             job = fitting_gang(ns, p)
@@ -123,7 +123,7 @@ def test_refused_podgroup_is_explained_and_tried_again(cluster):
     ns = new_namespace(cluster, "group-refused")
     refusal = policy(cluster, ns, ("scheduling.volcano.sh", "v1beta1", "podgroups"), "false",
                      "unable to find queue: research")
-    with pool(cluster, api, ns) as p, operator(cluster, ns, "volcano"):
+    with gpu_pool(cluster, api, ns) as p, operator(cluster, ns, "volcano"):
         p.add(4, gpus=8)
         with refusal:
             group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
@@ -156,7 +156,7 @@ def test_pods_refused_later_switch_to_waiting_without_failing(cluster):
                   f"|| object.metadata.name == '{PROBE}' || !has(object.metadata.annotations) "
                   f"|| !('{GROUP_NAME}' in object.metadata.annotations)")
     with policy(cluster, ns, ("", "v1", "pods"), expression,
-                "failed to create pod as the podgroup phase is Pending"), pool(cluster, api, ns) as p:
+                "failed to create pod as the podgroup phase is Pending"), gpu_pool(cluster, api, ns) as p:
         wait_policy_active(cluster, ns, probe_like(ns, name="denied", group="g"))
         p.add(4, gpus=8)
         with operator(cluster, ns, "volcano") as op:

@@ -12,7 +12,6 @@ dry-run probe naming a missing group, are admitted. Older releases refused pods 
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
@@ -25,6 +24,7 @@ from e2e.tests.gang_helpers import (
     Api,
     condition,
     expected_pods,
+    gpu_pool,
     new_namespace,
     operator,
     phases,
@@ -98,20 +98,6 @@ class Sampler:
 
 def webhook_admissions(cluster) -> int:
     return (cluster.logs / "volcano-webhook.log").read_text(errors="replace").count(ADMITTED_POD)
-
-
-@contextlib.contextmanager
-def gpu_pool(cluster, api: Api, ns: str):
-    """The test's pool. Its pods go before its nodes do: pods left bound to deleted nodes still
-    count in Volcano's queue until the pod GC removes them (about 40 s later), and would keep the
-    next test's gang Pending. (Deleting the pods takes 1 s, waiting for the namespace 10 s.)"""
-    with pool(cluster, api, ns) as p:
-        try:
-            yield p
-        finally:
-            cluster.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=60s",
-                            check=False, timeout=70)
-            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def gang_starts(cluster, api: Api, ns: str, mode: str) -> tuple[str, Sampler]:
