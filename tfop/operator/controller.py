@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -26,6 +27,8 @@ TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # How often a group object refused at admission is tried again (a missing queue may be created).
 GROUP_RETRY_SECONDS = 30.0
+# A job that has not finished is reconciled at least this often (an API call only if something changed).
+RESYNC_SECONDS = 30.0
 # How soon pods refused until their group is admitted are tried again (the group's watch event
 # usually comes first).
 DEFERRED_RETRY_SECONDS = 5.0
@@ -175,6 +178,10 @@ class Controller:
         plan = reconcile(normalized.job, observed, datetime.now(timezone.utc), self.ctx,
                          normalized.problems, normalized.notes)
         await self.apply(key, body, plan)
+        status = self.unwritten.get(key) or (self.jobs.get(key) or {}).get("status") or {}
+        if not S.is_finished(status.get("conditions") or []):
+            # Level-triggered safety net: a running job is looked at again even if an event was lost.
+            self.queue.add_after(key, RESYNC_SECONDS * (1 + 0.1 * random.random()))
 
     async def _call(self, coro_fn, *args, **kwargs):
         async with self.limit:
