@@ -32,6 +32,8 @@ RESYNC_SECONDS = 30.0
 # How soon pods refused until their group is admitted are tried again (the group's watch event
 # usually comes first).
 DEFERRED_RETRY_SECONDS = 5.0
+
+
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict:
     """RFC 7386 patch turning `old` into `new` (removed keys become null)."""
     patch: dict[str, Any] = {}
@@ -97,6 +99,10 @@ class Controller:
             self.jobs[key] = trim_job(body)
         self.queue.add(key)
 
+    def current_status(self, key: JobKey, body: Mapping[str, Any]) -> dict:
+        """The job's status as the operator knows it: the held one, else the written one."""
+        return self.unwritten.get(key) or body.get("status") or {}
+
     def _priority_changed(self, _key) -> None:
         # A PriorityClass appearing can unblock every gang that waited for it.
         for key in list(self.jobs):
@@ -125,7 +131,7 @@ class Controller:
 
     def refused_for_admission(self, err: ApiError) -> bool:
         """A webhook installed after the start refuses pods of an unadmitted group: wait from now on."""
-        message = str(err.body.get("message", "") if isinstance(err.body, dict) else err.body).lower()
+        message = err.message.lower()
         # Webhooks say "denied the request", admission policies "denied request".
         if not ("denied" in message and "podgroup" in message):
             return False
@@ -172,14 +178,12 @@ class Controller:
         managed_by = ((body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
         if managed_by not in OUR_MANAGERS:
             return
-        pending = self.unwritten.get(key)
-        normalized = normalize(body if pending is None else {**body, "status": pending})
+        normalized = normalize({**body, "status": self.current_status(key, body)})
         observed = self.observe(key)
         plan = reconcile(normalized.job, observed, datetime.now(timezone.utc), self.ctx,
                          normalized.problems, normalized.notes)
         await self.apply(key, body, plan)
-        status = self.unwritten.get(key) or (self.jobs.get(key) or {}).get("status") or {}
-        if not S.is_finished(status.get("conditions") or []):
+        if not S.is_finished(self.current_status(key, self.jobs.get(key) or {}).get("conditions") or []):
             # Level-triggered safety net: a running job is looked at again even if an event was lost.
             self.queue.add_after(key, RESYNC_SECONDS * (1 + 0.1 * random.random()))
 
@@ -211,8 +215,7 @@ class Controller:
             plan.events[:] = [e for e in (_without_refused(e, set(deferred)) for e in plan.events) if e is not None]
             self.queue.add_after(key, DEFERRED_RETRY_SECONDS)  # the group may be admitted already
         if rejected:
-            pending = self.unwritten.get(key)
-            status = self._rejected(body if pending is None else {**body, "status": pending}, status, rejected, plan)
+            status = self._rejected({**body, "status": self.current_status(key, body)}, status, rejected, plan)
         now = S.timestamp(datetime.now(timezone.utc))
         # The status and the Events go out together: a reconcile holds its worker for one round trip.
         await asyncio.gather(
@@ -236,11 +239,11 @@ class Controller:
         """An admission webhook or policy refused the gang's group object (Volcano's, for a queue that
         does not exist): no pods without their group; say why on the job, try again later."""
         group = plan.create_group
-        why = err.body.get("message", str(err)) if isinstance(err.body, dict) else str(err)
+        why = err.message or str(err)
         message = (f"the apiserver refused {group['kind']} {group['metadata']['name']}: {why}; fix the job "
                    f"(e.g. runPolicy.schedulingPolicy.queue) or the cluster; tfop tries again every "
                    f"{GROUP_RETRY_SECONDS:.0f} s")
-        current = self.unwritten.get(key) or body.get("status") or {}
+        current = self.current_status(key, body)
         status = dict(plan.status if plan.status is not None else current)
         status["gang"] = {**(status.get("gang") or {}), "reason": "GroupRefused", "message": message}
         if (current.get("gang") or {}).get("message") != message:
@@ -264,7 +267,7 @@ class Controller:
             if err.status in (400, 422):
                 # The apiserver refused the pod the user's template describes: the job is invalid.
                 rtype = canonical_type((obj["metadata"].get("labels") or {}).get(LABEL_TYPE, "")) or "<type>"
-                why = err.body.get("message", err) if isinstance(err.body, dict) else err
+                why = err.message or err
                 rejected.append((f"{obj['kind'].lower()} {obj['metadata']['name']}",
                                  f"spec.tfReplicaSpecs.{rtype}.template: {obj['kind']} {obj['metadata']['name']}: {why}"))
                 return

@@ -24,8 +24,9 @@ log = logging.getLogger("tfop.kube")
 class ApiError(Exception):
     def __init__(self, status: int, body: Any, method: str, path: str):
         self.status, self.body = status, body
-        message = body.get("message") if isinstance(body, dict) else str(body)[:300]
-        super().__init__(f"{method} {path}: {status} {message}")
+        # The apiserver's own words (a Status object's message), without the request line.
+        self.message = str(body.get("message", "") if isinstance(body, dict) else str(body)[:300])
+        super().__init__(f"{method} {path}: {status} {self.message}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,6 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
-        self.throttled = 0  # answered 429 and sent again
 
     async def __aenter__(self) -> "KubeClient":
         connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self.credentials.ssl_context)
@@ -163,7 +163,6 @@ class KubeClient:
                 if response.status == 429 and attempt < THROTTLE_RETRIES:
                     # Too many requests in flight: turned away before it did anything, so any
                     # verb may be sent again, after the pause the apiserver asks for.
-                    self.throttled += 1
                     await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
                     continue
                 if response.status >= 400:
