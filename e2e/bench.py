@@ -28,7 +28,7 @@ from pathlib import Path
 from e2e import build
 from e2e.bench_lib import (Admin, PodClock, UpstreamProcess, operator_requests, other_writes, proc_stats, throttled,
                            strip_owner, submit_raw, submit_tfjobs)
-from tfop.operator.kube import Credentials, KubeClient
+from tfop.kube.client import Credentials, KubeClient
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
@@ -64,7 +64,7 @@ def gang_name(gang: str) -> str | None:
 
 
 def render_context(gang: str):
-    from tfop.cli import _context
+    from tfop.tools.cli import _context
 
     return _context(gang != "none", gang_name(gang) or "", None)
 
@@ -122,7 +122,7 @@ class Bench:
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     def objects_per_job(self) -> Counter:
-        from tfop.render import render_job
+        from tfop.tools.offline import render_job
 
         return Counter(o["kind"] for o in render_job(tfjob("x", "default", self.replicas), self.ctx))
 
@@ -138,7 +138,7 @@ class Bench:
         operator = None
         gang = gang_name(self.args.gang)
         if label == "raw":
-            from tfop.render import render_job
+            from tfop.tools.offline import render_job
 
             rendered = {j["metadata"]["name"]: [strip_owner(o) for o in render_job(j, self.ctx)] for j in jobs}
         elif label == "tfop":

@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfop.model import LABEL_JOB
-from tfop.operator.kube import ApiError, Credentials, KubeClient
+from tfop.api.model import LABEL_JOB
+from tfop.kube.client import ApiError, Credentials, KubeClient
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 # (group, resource, subresource) an operator of TFJobs writes. Everything else

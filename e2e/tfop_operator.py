@@ -22,7 +22,7 @@ OPERATOR_ACCOUNT = "tfop"
 
 def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
     """Apply CRDs and RBAC (not the Deployment: the operator runs here as a process)."""
-    from tfop.manifests import render_manifests
+    from tfop.tools.manifests import render_manifests
 
     objects = render_manifests(enable_gang=bool(gang_scheduler_name), gang_scheduler_name=gang_scheduler_name)
     objects = [o for o in objects if o["kind"] != "Deployment"]
@@ -53,7 +53,7 @@ class OperatorProcess:
         self.log_path = self.log_dir / f"tfop-{'-'.join(namespaces) or 'all'}-{int(time.time() * 1000)}.log"
 
     def args(self) -> list[str]:
-        args = [sys.executable, "-m", "tfop.cli", "run", "--liveness", ""]
+        args = [sys.executable, "-m", "tfop", "run", "--liveness", ""]
         kubeconfig = self.cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
         args += ["--kubeconfig", str(kubeconfig)]
         for ns in self.namespaces:

@@ -9,12 +9,12 @@ import copy
 import dataclasses
 from datetime import datetime, timedelta, timezone
 
-from tfop import status as S
-from tfop.children import PodOptions, Templates, build_pod, build_service
-from tfop.model import TFJob, pod_name
-from tfop.normalize import normalize
-from tfop.reconcile import Context, Observed, reconcile
-from tfop.settings import Settings
+from tfop.api import conditions as S
+from tfop.build.children import PodOptions, Templates, build_pod, build_service
+from tfop.api.model import TFJob, pod_name
+from tfop.api.normalize import normalize
+from tfop.core.reconcile import Context, Observed, reconcile
+from tfop.core.settings import Settings
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 NOW_S = "2024-05-01T12:00:00Z"

@@ -1,7 +1,7 @@
 """Small TFJob models for the gang tests, built directly (no normalize step)."""
 from __future__ import annotations
 
-from tfop.model import ReplicaSpec, RunPolicy, SchedulingPolicy, TFJob
+from tfop.api.model import ReplicaSpec, RunPolicy, SchedulingPolicy, TFJob
 
 UID = "0b5c3f2e-1d4a-4c8e-9f00-123456789abc"
 

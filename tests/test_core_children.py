@@ -4,9 +4,9 @@ import pytest
 
 from core_fixtures import TEMPLATES, UID, container, model, pod_template, rspec, tfjob
 from seeds import seed_jobs
-from tfop.children import PodOptions, build_pod, build_service
+from tfop.build.children import PodOptions, build_pod, build_service
 from tfop.gang.base import PodMarkings
-from tfop.normalize import normalize
+from tfop.api.normalize import normalize
 
 CW2 = model(tfjob({"Chief": 1, "Worker": 2}))
 W2 = model(tfjob({"Worker": 2, "PS": 1}))

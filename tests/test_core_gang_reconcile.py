@@ -7,11 +7,11 @@ from core_fixtures import (
     NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, pod,
     pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
-from tfop import status as S
-from tfop.children import PodOptions
+from tfop.api import conditions as S
+from tfop.build.children import PodOptions
 from tfop.gang.registry import load_backend
-from tfop.plan import Event
-from tfop.reconcile import Observed
+from tfop.core.plan import Event
+from tfop.core.reconcile import Observed
 
 BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator"]
 GROUP = {

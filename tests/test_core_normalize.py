@@ -5,7 +5,7 @@ import pytest
 
 from core_fixtures import container, pod_template, rspec, tfjob
 from seeds import seed_jobs
-from tfop.normalize import authored_version, normalize
+from tfop.api.normalize import authored_version, normalize
 
 SEEDS = dict(seed_jobs())
 

@@ -6,10 +6,10 @@ from core_fixtures import (
     NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, observed,
     pod, pod_template, refs, rspec, run, running_status, service, tfjob, with_status,
 )
-from tfop import status as S
-from tfop.normalize import normalize
-from tfop.plan import Event
-from tfop.reconcile import Observed
+from tfop.api import conditions as S
+from tfop.api.normalize import normalize
+from tfop.core.plan import Event
+from tfop.core.reconcile import Observed
 
 
 def _pods_svcs(*names_):

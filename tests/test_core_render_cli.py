@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from core_fixtures import container, pod_template, rspec, tfjob
 from seeds import seed_jobs
-from tfop.cli import cli
+from tfop.tools.cli import cli
 
 SEEDS = seed_jobs()
 SEED_IDS = [s for s, _ in SEEDS]

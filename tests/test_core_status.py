@@ -4,8 +4,8 @@ from datetime import timedelta
 import pytest
 
 from core_fixtures import NOW, NOW_S, cond, model, pod, tfjob
-from tfop import pods as P
-from tfop import status as S
+from tfop.api import pods as P
+from tfop.api import conditions as S
 
 T0 = "2024-05-01T11:00:00Z"
 
@@ -120,7 +120,7 @@ def test_failure_summary():
 
 def test_timestamp_ceil_never_earlier_than_now():
     from datetime import datetime, timezone
-    from tfop import status as S
+    from tfop.api import conditions as S
     exact = datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
     assert S.timestamp_ceil(exact) == "2026-01-01T00:00:05Z"
     assert S.timestamp_ceil(exact.replace(microsecond=1)) == "2026-01-01T00:00:06Z"

@@ -1,4 +1,4 @@
-"""The generated TFJob CRD and the offline TFJob validation (tfop.crd)."""
+"""The generated TFJob CRD and the offline TFJob validation (tfop.tools.crd)."""
 import copy
 import json
 import os
@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from seeds import seed_jobs
-from tfop import crd, crdgen
-from tfop.resources import resource_path
+from tfop.tools import crd, crdgen
+from tfop.build.resources import resource_path
 
 MAX_CRD_JSON_BYTES = int(1.3 * 1024 * 1024)  # etcd takes at most 1.5 MiB per request
 VERSIONS = ["v1", "v1beta1", "v1alpha2"]
@@ -34,7 +34,7 @@ def _nodes(schema, path="<root>"):
 # ---------------------------------------------------------------- the CRD file
 def test_committed_crd_matches_generator():
     assert resource_path("crds", crd.CRD_FILE).read_text() == crdgen.render(), \
-        "crds/ is stale: run python -m tfop.crdgen"
+        "crds/ is stale: run python -m tfop.tools.crdgen"
 
 
 def test_names_and_scope():

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 import yaml
 
-from tfop import doctor, rbac
+from tfop.tools import doctor, rbac
 from tfop.gang import registry
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -259,7 +259,7 @@ def test_doctor_on_real_cluster(request):
     from click.testing import CliRunner
     from kubernetes import client, config
 
-    from tfop.cli_deploy import doctor_cmd
+    from tfop.tools.deploy_cli import doctor_cmd
 
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)

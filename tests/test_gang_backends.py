@@ -8,14 +8,14 @@ import yaml
 
 from gang_fixtures import UID, container, crd_file, job, replica, seed000, seed003, template
 from tfop.gang.base import PodMarkings
-from tfop.gang.coscheduling import CoschedulingLabelsBackend
-from tfop.gang.koordinator import KoordinatorBackend
-from tfop.gang.kube_batch import KubeBatchBackend
-from tfop.gang.pdb import PdbBackend
-from tfop.gang.scheduler_plugins import SchedulerPluginsBackend
+from tfop.gang.backends.coscheduling import CoschedulingLabelsBackend
+from tfop.gang.backends.koordinator import KoordinatorBackend
+from tfop.gang.backends.kube_batch import KubeBatchBackend
+from tfop.gang.backends.pdb import PdbBackend
+from tfop.gang.backends.scheduler_plugins import SchedulerPluginsBackend
 from tfop.gang.shape import compute_shape
-from tfop.gang.volcano import VolcanoBackend
-from tfop.gang.yunikorn import YunikornBackend, application_id
+from tfop.gang.backends.volcano import VolcanoBackend
+from tfop.gang.backends.yunikorn import YunikornBackend, application_id
 
 PRIO = {"high": 1000}
 ANNOTATIONS = {"team": "vision",

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from tfop.gang.quantity import add_resources, format_quantity, format_resources, parse_quantity
+from tfop.api.quantity import add_resources, format_quantity, format_resources, parse_quantity
 
 PARSE = [
     ("1", Fraction(1)),

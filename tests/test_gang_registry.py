@@ -1,12 +1,12 @@
 import pytest
 
 from tfop.gang import registry
-from tfop.gang.coscheduling import CoschedulingLabelsBackend
-from tfop.gang.kube_batch import KubeBatchBackend
-from tfop.gang.pdb import PdbBackend
+from tfop.gang.backends.coscheduling import CoschedulingLabelsBackend
+from tfop.gang.backends.kube_batch import KubeBatchBackend
+from tfop.gang.backends.pdb import PdbBackend
 from tfop.gang.registry import backend_names, detect_backend, load_backend
-from tfop.gang.scheduler_plugins import SchedulerPluginsBackend
-from tfop.gang.volcano import VolcanoBackend
+from tfop.gang.backends.scheduler_plugins import SchedulerPluginsBackend
+from tfop.gang.backends.volcano import VolcanoBackend
 
 NAMES = ["coscheduling", "koordinator", "kube-arbitrator", "kube-batch", "scheduler-plugins",
          "volcano", "yunikorn"]
@@ -105,7 +105,7 @@ def test_bad_names(monkeypatch):
     monkeypatch.setitem(registry.BUILTIN, "broken", "tfop.gang.nowhere:Nothing")
     with pytest.raises(ValueError, match="'broken' .* cannot be loaded"):
         load_backend("broken")
-    monkeypatch.setitem(registry.BUILTIN, "not-a-backend", "tfop.gang.quantity:parse_quantity")
+    monkeypatch.setitem(registry.BUILTIN, "not-a-backend", "tfop.api.quantity:parse_quantity")
     with pytest.raises(ValueError, match="not a GangBackend subclass"):
         load_backend("not-a-backend")
     # a broken plugin does not stop auto detection
@@ -118,8 +118,8 @@ def test_entry_points_extend_and_override(monkeypatch):
             self.name, self.value = name, value
 
     monkeypatch.setattr(registry, "entry_points", lambda group: [
-        EP("third-party", "tfop.gang.kube_batch:KubeBatchBackend"),
-        EP("volcano", "tfop.gang.kube_batch:KubeBatchBackend")])
+        EP("third-party", "tfop.gang.backends.kube_batch:KubeBatchBackend"),
+        EP("volcano", "tfop.gang.backends.kube_batch:KubeBatchBackend")])
     assert "third-party" in backend_names()
     assert type(load_backend("third-party")[0]) is KubeBatchBackend
     assert type(load_backend("volcano")[0]) is KubeBatchBackend

@@ -3,7 +3,7 @@ import pytest
 from gang_fixtures import container, job, replica, seed000, seed003, template
 from tfop.gang.base import GangShape
 from tfop.gang.shape import compute_shape, pod_requests, priority_order, shape_problems
-from tfop.problems import Problem
+from tfop.api.validation import Problem
 
 PRIO = {"high": 1000, "low": 10, "also-high": 1000}
 
@@ -120,7 +120,7 @@ POD_REQUESTS = [
 
 @pytest.mark.parametrize("tmpl,expected", POD_REQUESTS)
 def test_pod_requests(tmpl, expected):
-    from tfop.gang.quantity import format_resources
+    from tfop.api.quantity import format_resources
     assert format_resources(pod_requests(tmpl)) == expected
 
 

@@ -3,13 +3,13 @@ import pytest
 
 from tfop.gang.base import GangState
 from tfop.gang.common import pending_reason
-from tfop.gang.coscheduling import CoschedulingLabelsBackend
-from tfop.gang.koordinator import KoordinatorBackend
-from tfop.gang.kube_batch import KubeBatchBackend
-from tfop.gang.pdb import PdbBackend
-from tfop.gang.scheduler_plugins import SchedulerPluginsBackend
-from tfop.gang.volcano import VolcanoBackend
-from tfop.gang.yunikorn import YunikornBackend
+from tfop.gang.backends.coscheduling import CoschedulingLabelsBackend
+from tfop.gang.backends.koordinator import KoordinatorBackend
+from tfop.gang.backends.kube_batch import KubeBatchBackend
+from tfop.gang.backends.pdb import PdbBackend
+from tfop.gang.backends.scheduler_plugins import SchedulerPluginsBackend
+from tfop.gang.backends.volcano import VolcanoBackend
+from tfop.gang.backends.yunikorn import YunikornBackend
 
 NO_FIT = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 

@@ -3,9 +3,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from tfop import manifests, rbac
+from tfop.tools import manifests, rbac
 from tfop.gang import registry
-from tfop.gang_toggle import (Target, apply_gang, describe_args, describe_rules, gang_state,
+from tfop.tools.gang_toggle import (Target, apply_gang, describe_args, describe_rules, gang_state,
                               toggle_args, toggle_rules)
 
 ON = ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]

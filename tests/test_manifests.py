@@ -5,7 +5,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tfop import manifests, rbac
+from tfop.tools import manifests, rbac
 from tfop.gang import registry
 
 VERSION = kubernetes_validate.utils.latest_version()

@@ -1,7 +1,7 @@
 """Which status changes the controller may hold back, and for how long."""
 import pytest
 
-from tfop.operator.holding import PROGRESS_HOLD, STARTING_HOLD, hold_limits
+from tfop.runtime.holding import PROGRESS_HOLD, STARTING_HOLD, hold_limits
 
 
 def cond(ctype, status="True"):

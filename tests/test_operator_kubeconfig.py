@@ -6,7 +6,7 @@ import stat
 import pytest
 import yaml
 
-from tfop.operator.kubeconfig import Endpoint, from_kubeconfig, in_cluster, kubeconfig_path, load
+from tfop.kube.kubeconfig import Endpoint, from_kubeconfig, in_cluster, kubeconfig_path, load
 
 
 def config(user: dict, cluster: dict | None = None) -> dict:
@@ -94,7 +94,7 @@ def test_load_reads_the_file(tmp_path):
 
 
 def test_retry_after_follows_the_apiserver_and_backs_off():
-    from tfop.operator.kube import _retry_after
+    from tfop.kube.client import _retry_after
 
     for attempt in range(5):
         for header, base in (("1", 1.0), (None, 1.0), ("junk", 1.0), ("3", 3.0), ("600", 10.0), ("0", 0.1)):

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from tfop import pods as P
+from tfop.api import pods as P
 from tfop.gang.common import pending_reason
-from tfop.normalize import authored_version, normalize
-from tfop.operator.trim import trim_child, trim_job
+from tfop.api.normalize import authored_version, normalize
+from tfop.kube.trim import trim_child, trim_job
 
 
 def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):

@@ -1,4 +1,4 @@
-"""rbac/ is generated from tfop.rbac; these tests make drift and wildcards impossible."""
+"""rbac/ is generated from tfop.tools.rbac; these tests make drift and wildcards impossible."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -7,7 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tfop import rbac
+from tfop.tools import rbac
 from tfop.gang import registry
 
 RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
@@ -16,7 +16,7 @@ RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
 def test_rbac_dir_matches_generator():
     want = rbac.render_files()
     have = {p.name: p.read_text() for p in RBAC_DIR.glob("*.yaml")}
-    assert have == want, "rbac/ is stale: run `python -m tfop.rbac`"
+    assert have == want, "rbac/ is stale: run `python -m tfop.tools.rbac`"
 
 
 @pytest.mark.parametrize("name", sorted(rbac.render_files()))

@@ -378,7 +378,7 @@ class ScopedOperator(OperatorProcess):
         self.account = f"tfop-{gang or 'off'}"
 
     def deploy(self) -> None:
-        from tfop.manifests import render_manifests
+        from tfop.tools.manifests import render_manifests
 
         with _deploy_lock:
             if (str(self.cluster.dir), self.account) in _deployed:
@@ -410,7 +410,7 @@ class ScopedOperator(OperatorProcess):
             "users": [{"name": "u", "user": {"token": token}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "current-context": "c"}))
         kc.chmod(0o600)
-        args = [sys.executable, "-m", "tfop.cli", "run", "--liveness", "", "--kubeconfig", str(kc)]
+        args = [sys.executable, "-m", "tfop", "run", "--liveness", "", "--kubeconfig", str(kc)]
         for ns in self.namespaces:
             args += ["--namespace", ns]
         if self.gang:

@@ -24,7 +24,7 @@ def test_raw_seed_documents_are_the_seed_jobs():
 
 
 def expected_children(job: dict) -> set[str]:
-    from tfop.normalize import canonical_type
+    from tfop.api.normalize import canonical_type
 
     name = job["metadata"]["name"]
     return {f"{name}-{canonical_type(key).lower()}-{i}"

@@ -15,9 +15,9 @@ import yaml
 
 from e2e.tests.lifecycle_helpers import tfjob
 from e2e.tfop_operator import deploy_manifests
-from tfop.operator.controller import TFJOB_API, Controller
-from tfop.operator.kube import Credentials, KubeClient
-from tfop.settings import Settings
+from tfop.runtime.controller import TFJOB_API, Controller
+from tfop.kube.client import Credentials, KubeClient
+from tfop.core.settings import Settings
 
 pytestmark = pytest.mark.cluster
 

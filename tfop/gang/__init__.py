@@ -1,1 +1,1 @@
-"""Gang scheduling backends: one module per batch scheduler, chosen by registry.py."""
+"""Gang scheduling: the backend interface, the gang shape, the registry and resolver, and backends/."""

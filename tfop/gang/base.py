@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from tfop.model import ReplicaSpec, TFJob
+from tfop.api.model import ReplicaSpec, TFJob
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from collections import Counter
 from typing import Any, Mapping
 
 from tfop.gang.base import GangShape, GangState, GroupResource
-from tfop.model import LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, TFJob
+from tfop.api.model import LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, TFJob
 
 # kubectl's copy of the whole TFJob: large, and meaningless on another object.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -14,13 +14,13 @@ from tfop.gang.base import GangBackend
 
 GROUP = "tfop.gang_backends"
 BUILTIN = {
-    "kube-arbitrator": "tfop.gang.pdb:PdbBackend",
-    "kube-batch": "tfop.gang.kube_batch:KubeBatchBackend",
-    "volcano": "tfop.gang.volcano:VolcanoBackend",
-    "scheduler-plugins": "tfop.gang.scheduler_plugins:SchedulerPluginsBackend",
-    "coscheduling": "tfop.gang.coscheduling:CoschedulingLabelsBackend",
-    "koordinator": "tfop.gang.koordinator:KoordinatorBackend",
-    "yunikorn": "tfop.gang.yunikorn:YunikornBackend",
+    "kube-arbitrator": "tfop.gang.backends.pdb:PdbBackend",
+    "kube-batch": "tfop.gang.backends.kube_batch:KubeBatchBackend",
+    "volcano": "tfop.gang.backends.volcano:VolcanoBackend",
+    "scheduler-plugins": "tfop.gang.backends.scheduler_plugins:SchedulerPluginsBackend",
+    "coscheduling": "tfop.gang.backends.coscheduling:CoschedulingLabelsBackend",
+    "koordinator": "tfop.gang.backends.koordinator:KoordinatorBackend",
+    "yunikorn": "tfop.gang.backends.yunikorn:YunikornBackend",
 }
 ALIASES = {"pdb": "kube-arbitrator"}
 DEFAULT = "volcano"  # upstream's --gang-scheduler-name default

@@ -10,9 +10,9 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 from tfop.gang.base import GangShape
-from tfop.gang.quantity import add_resources, format_quantity, format_resources, parse_quantity
-from tfop.model import REPLICA_TYPES, ReplicaSpec, TFJob
-from tfop.problems import Problem
+from tfop.api.quantity import add_resources, format_quantity, format_resources, parse_quantity
+from tfop.api.model import REPLICA_TYPES, ReplicaSpec, TFJob
+from tfop.api.validation import Problem
 
 POLICY_FIELD = "spec.runPolicy.schedulingPolicy"
 # Problems the user can fix while the job waits (the reconciler reports them and

@@ -1,0 +1,251 @@
+"""Turn a TFJob of any served version into the one internal model.
+
+Returns the model, notes worth an Event (things tfop interpreted for the user)
+and problems (things that make the job invalid, each naming field and fix).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tfop.api.model import (
+    CHIEF_TYPES,
+    CLEAN_POD_POLICIES,
+    DEFAULT_CONTAINER,
+    GROUP,
+    REPLICA_TYPES,
+    RESTART_POLICIES,
+    SERVED_VERSIONS,
+    SUCCESS_POLICIES,
+    ReplicaSpec,
+    RunPolicy,
+    SchedulingPolicy,
+    TFJob,
+)
+from tfop.api.quantity import parse_quantity
+from tfop.api.validation import Problem
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+RUN_POLICY_FIELDS = {
+    "cleanPodPolicy": "clean_pod_policy",
+    "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
+    "activeDeadlineSeconds": "active_deadline_seconds",
+    "backoffLimit": "backoff_limit",
+}
+# The cleanPodPolicy each version defaulted to upstream (None since v1.6 for v1).
+DEFAULT_CLEAN_POD_POLICY = {"v1": "None", "v1beta1": "Running", "v1alpha2": "Running"}
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@dataclass(frozen=True)
+class Normalized:
+    job: TFJob
+    notes: tuple[str, ...]
+    problems: tuple[Problem, ...]
+
+
+def authored_version(obj: Mapping[str, Any], operator_manager: str = "tfop") -> str:
+    """The API version the user wrote the job in.
+
+    Every served version shares one stored object (conversion None), so a watch
+    at v1 shows apiVersion v1 even for v1beta1 YAML; the managedFields (or
+    kubectl's last-applied annotation) still say what the author used.
+    """
+    for entry in (obj.get("metadata", {}).get("managedFields") or []):
+        if entry.get("manager") == operator_manager or entry.get("subresource"):
+            continue
+        version = str(entry.get("apiVersion", "")).rpartition("/")[2]
+        if version in SERVED_VERSIONS:
+            return version
+    last = (obj.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
+    if last:
+        try:
+            version = str(json.loads(last).get("apiVersion", "")).rpartition("/")[2]
+            if version in SERVED_VERSIONS:
+                return version
+        except (ValueError, AttributeError):
+            pass
+    version = str(obj.get("apiVersion", "")).rpartition("/")[2]
+    return version if version in SERVED_VERSIONS else "v1"
+
+
+def canonical_type(key: str) -> str | None:
+    for rtype in REPLICA_TYPES:
+        if key.lower() == rtype.lower():
+            return rtype
+    return None
+
+
+def normalize(obj: Mapping[str, Any]) -> Normalized:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    version = authored_version(obj)
+    notes: list[str] = []
+    problems: list[Problem] = []
+
+    name = meta.get("name", "")
+    if not DNS1035.match(name or "") or len(name) > 63:
+        problems.append(Problem(
+            "metadata.name",
+            f"{name!r} is not a DNS-1035 label: use lower-case letters, digits and '-', "
+            "starting with a letter, at most 63 characters",
+        ))
+
+    replicas = _replica_specs(spec, notes, problems)
+    run_policy = _run_policy(spec, version, notes, problems)
+    success_policy = spec.get("successPolicy") or ""
+    if success_policy not in SUCCESS_POLICIES:
+        problems.append(Problem("spec.successPolicy", f"{success_policy!r} is unknown: use \"\" or AllWorkers"))
+        success_policy = ""
+
+    job = TFJob(
+        name=name,
+        namespace=meta.get("namespace") or "default",
+        uid=meta.get("uid", ""),
+        api_version=version,
+        replicas=replicas,
+        run_policy=run_policy,
+        success_policy=success_policy,
+        dynamic_worker=bool(spec.get("enableDynamicWorker", False)),
+        generation=int(meta.get("generation") or 0),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        creation_timestamp=meta.get("creationTimestamp"),
+        status=obj.get("status") or {},
+    )
+    return Normalized(job, tuple(notes), tuple(problems))
+
+
+def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
+    raw = spec.get("tfReplicaSpecs") or {}
+    if not raw:
+        problems.append(Problem("spec.tfReplicaSpecs", "no replica types: add at least one of Chief, PS, Worker, Evaluator"))
+        return ()
+    found: dict[str, ReplicaSpec] = {}
+    keys: dict[str, str] = {}  # canonical type -> the key as written, for field paths
+    for key, rspec in raw.items():
+        field = f"spec.tfReplicaSpecs.{key}"
+        rtype = canonical_type(key)
+        if rtype is None:
+            problems.append(Problem(field, f"unknown replica type {key!r}: use one of {', '.join(REPLICA_TYPES)}"))
+            continue
+        if rtype in found:
+            problems.append(Problem(field, f"replica type {rtype} is given twice (keys differ only in case): keep one"))
+            continue
+        rspec = rspec or {}
+        count = rspec.get("replicas", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            problems.append(Problem(f"{field}.replicas", f"{count!r} is not a whole number >= 0"))
+            count = 0
+        template = rspec.get("template") or {}
+        policy = _restart_policy(rtype, field, rspec, template, notes, problems)
+        _check_template(field, template, problems)
+        found[rtype] = ReplicaSpec(type=rtype, replicas=count, restart_policy=policy, template=template)
+        keys[rtype] = key
+
+    chiefs = [t for t in found if t in CHIEF_TYPES]
+    if len(chiefs) > 1:
+        problems.append(Problem("spec.tfReplicaSpecs", "both Chief and Master are given: keep only one"))
+    for rtype in chiefs + (["Evaluator"] if "Evaluator" in found else []):
+        if found[rtype].replicas > 1:
+            problems.append(Problem(f"spec.tfReplicaSpecs.{keys[rtype]}.replicas", f"{rtype} must have at most 1 replica"))
+    return tuple(found[t] for t in REPLICA_TYPES if t in found)
+
+
+def _restart_policy(rtype, field, rspec, template, notes, problems) -> str:
+    policy = rspec.get("restartPolicy")
+    in_template = (template.get("spec") or {}).get("restartPolicy")
+    if policy is None and in_template:
+        # The seeds set it only in the pod template; honour it rather than default to Never.
+        policy = in_template
+        notes.append(f"{rtype}: restartPolicy {in_template} taken from the pod template; "
+                     f"set spec.tfReplicaSpecs.{rtype}.restartPolicy instead")
+    elif policy and in_template and in_template != policy:
+        notes.append(f"{rtype}: pod template restartPolicy {in_template} ignored in favour of "
+                     f"the replica's restartPolicy {policy}")
+    policy = policy or "Never"
+    if policy not in RESTART_POLICIES:
+        problems.append(Problem(f"{field}.restartPolicy", f"{policy!r} is unknown: use one of {', '.join(RESTART_POLICIES)}"))
+        policy = "Never"
+    return policy
+
+
+def _check_template(field, template, problems) -> None:
+    containers = (template.get("spec") or {}).get("containers") or []
+    named = [c for c in containers if c.get("name") == DEFAULT_CONTAINER]
+    if len(named) != 1:
+        problems.append(Problem(
+            f"{field}.template.spec.containers",
+            f"needs exactly one container named {DEFAULT_CONTAINER!r} (found {len(named)}): "
+            "TF_CONFIG and the tfjob-port go to that container",
+        ))
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate((template.get("spec") or {}).get(kind) or []):
+            if not container.get("image"):
+                problems.append(Problem(f"{field}.template.spec.{kind}[{i}].image",
+                                        "is empty: every container needs an image"))
+            _check_quantities(f"{field}.template.spec.{kind}[{i}].resources", container.get("resources"), problems)
+
+
+def _check_quantities(field, resources, problems) -> None:
+    # The CRD takes any string here, but the apiserver refuses such a pod without naming the field.
+    if not isinstance(resources, Mapping):
+        return
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        for resource, value in (values.items() if isinstance(values, Mapping) else ()):
+            try:
+                parse_quantity(value)
+            except ValueError:
+                problems.append(Problem(f"{field}.{section}.{resource}",
+                                        f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))
+
+
+def _run_policy(spec, version, notes, problems) -> RunPolicy:
+    nested = spec.get("runPolicy") or {}
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}  # attr -> the field the value came from, for problems
+    for key, attr in RUN_POLICY_FIELDS.items():
+        top, inner = spec.get(key), nested.get(key)
+        if inner is not None:
+            if top is not None and top != inner:
+                notes.append(f"spec.{key}={top} ignored: spec.runPolicy.{key}={inner} takes precedence")
+            values[attr] = inner
+            where[attr] = f"spec.runPolicy.{key}"
+        elif top is not None:
+            # Legacy location (v1alpha2/v1beta1, and an old habit in v1: upstream #1241 ignored it).
+            values[attr] = top
+            where[attr] = f"spec.{key}"
+    clean = values.get("clean_pod_policy") or DEFAULT_CLEAN_POD_POLICY.get(version, "None")
+    if clean not in CLEAN_POD_POLICIES:
+        problems.append(Problem(where.get("clean_pod_policy", "spec.runPolicy.cleanPodPolicy"),
+                                f"{clean!r} is unknown: use None, Running or All"))
+        clean = "None"
+    values["clean_pod_policy"] = clean
+    for key, attr in RUN_POLICY_FIELDS.items():
+        value = values.get(attr)
+        if attr != "clean_pod_policy" and value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            problems.append(Problem(where[attr], f"{value!r} is not a whole number >= 0"))
+            values[attr] = None
+
+    sp = nested.get("schedulingPolicy") or {}
+    scheduling = SchedulingPolicy(
+        min_available=sp.get("minAvailable"),
+        queue=sp.get("queue") or None,
+        min_resources=sp.get("minResources") or None,
+        priority_class=sp.get("priorityClass") or None,
+        schedule_timeout_seconds=sp.get("scheduleTimeoutSeconds"),
+    )
+    return RunPolicy(
+        suspend=bool(nested.get("suspend", False)),
+        managed_by=nested.get("managedBy") or None,
+        scheduling=scheduling,
+        **values,
+    )
+
+
+def is_tfjob(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "TFJob" and str(obj.get("apiVersion", "")).startswith(GROUP + "/")

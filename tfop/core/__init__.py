@@ -1,0 +1,1 @@
+"""The pure core: one pass over one job, (job, observed, now) -> Plan. No I/O."""

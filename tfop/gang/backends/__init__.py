@@ -1,0 +1,1 @@
+"""One module per batch scheduler; each registers under the tfop.gang_backends entry point."""

@@ -1,0 +1,55 @@
+"""scheduler-plugins Coscheduling, CRD form (v0.25+): PodGroup + pod label.
+
+Pods may be created at once: Coscheduling's PreFilter/Permit hold them until
+minMember siblings fit, and its controller reports progress in the status.
+"""
+from __future__ import annotations
+
+from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
+from tfop.gang.common import base_object, group_rules, phase_of, with_pods
+from tfop.api.model import ReplicaSpec, TFJob
+
+PODGROUP = GroupResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+_COUNTS = ("scheduled", "running", "succeeded", "failed")
+# What Coscheduling writes on the members it rejects because a sibling did not fit
+# (waitingPod.Reject in PostFilter and Unreserve): the sibling's message says why.
+REJECTION_ECHOES = ("rejection in PostFilter", "rejection in Unreserve")
+
+
+class SchedulerPluginsBackend(GangBackend):
+    """Also the fallback for any unknown --gang-scheduler-name, which then becomes
+    the pods' schedulerName (upstream v1.7+ behaviour)."""
+
+    name = "scheduler-plugins"
+    default_scheduler_name = "scheduler-plugins-scheduler"  # the Helm chart's profile
+    group_resource = PODGROUP
+    crds = ("podgroups.scheduling.x-k8s.io",)
+    rbac_rules = group_rules(PODGROUP)
+    # Coscheduling requeues pods it rejected on a PodGroup add/update or a new pod only, not
+    # when nodes join or other jobs' pods go away; without a touch such a gang waits for the
+    # scheduler's flush of unschedulable pods (5 minutes) after room appeared.
+    retry_touch_seconds = 30
+
+    def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
+        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
+            return None
+        spec: dict = {"minMember": shape.min_member}
+        if shape.min_resources:
+            spec["minResources"] = dict(shape.min_resources)
+        if shape.schedule_timeout_seconds is not None:
+            spec["scheduleTimeoutSeconds"] = shape.schedule_timeout_seconds
+        return base_object(PODGROUP, job, shape, spec)
+
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
+                     shape: GangShape) -> PodMarkings:
+        return PodMarkings(labels={POD_GROUP_LABEL: shape.group_name})
+
+    def state(self, group, pods) -> GangState:
+        phase = phase_of(group)
+        status = (group or {}).get("status", {}) or {}
+        message = f"PodGroup is {phase}" if phase else ""
+        counts = [f"{status[k]} {k}" for k in _COUNTS if status.get(k)]
+        if message and counts:
+            message += f" ({', '.join(counts)})"
+        return with_pods(True, phase, "", message, pods, REJECTION_ECHOES)

@@ -1,0 +1,1 @@
+"""The asyncio Kubernetes client, kubeconfig loading and trimmed object copies."""

@@ -1,0 +1,257 @@
+"""A small asyncio Kubernetes client: just the verbs tfop uses, never blocking the loop.
+
+Credentials come from the kubeconfig or the in-cluster service account
+(tfop.kube.kubeconfig, or the official client's loader for exec plugins and
+the like); requests go through one aiohttp session
+with a bounded connection pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping
+
+import aiohttp
+
+log = logging.getLogger("tfop.kube")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any, method: str, path: str):
+        self.status, self.body = status, body
+        # The apiserver's own words (a Status object's message), without the request line.
+        self.message = str(body.get("message", "") if isinstance(body, dict) else str(body)[:300])
+        super().__init__(f"{method} {path}: {status} {self.message}")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    server: str
+    ssl_context: ssl.SSLContext | bool
+    token_file: str | None = None
+    token: str | None = None
+    ca_file: str | None = None
+    ca_data: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+
+    @classmethod
+    def load(cls, kubeconfig: str | None = None, context: str | None = None) -> "Credentials":
+        import os
+
+        from tfop.kube.kubeconfig import load as load_endpoint
+
+        endpoint = load_endpoint(kubeconfig, context, os.environ)
+        if endpoint is None:
+            endpoint = _official_endpoint(kubeconfig, context)
+        if endpoint.verify:
+            ctx = ssl.create_default_context(cafile=endpoint.ca_file, cadata=endpoint.ca_data)
+        else:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if endpoint.cert_file and endpoint.key_file:
+            ctx.load_cert_chain(endpoint.cert_file, endpoint.key_file)
+        return cls(server=endpoint.server, ssl_context=ctx, token_file=endpoint.token_file, token=endpoint.token,
+                   ca_file=endpoint.ca_file, ca_data=endpoint.ca_data, cert_file=endpoint.cert_file,
+                   key_file=endpoint.key_file, verify=endpoint.verify)
+
+    def to_kopf(self):
+        import kopf
+
+        return kopf.ConnectionInfo(
+            server=self.server, ca_path=self.ca_file, ca_data=self.ca_data, insecure=not self.verify, token=self.bearer(),
+            certificate_path=self.cert_file, private_key_path=self.key_file,
+        )
+
+    def bearer(self) -> str | None:
+        if self.token_file and Path(self.token_file).exists():
+            return Path(self.token_file).read_text().strip()
+        return self.token
+
+
+def _official_endpoint(kubeconfig: str | None, context: str | None):
+    """Exec plugins, auth providers and the rest: the official client's loader."""
+    from kubernetes import client, config
+
+    from tfop.kube.kubeconfig import Endpoint
+
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        token_file = None
+    except (config.ConfigException, FileNotFoundError, TypeError):
+        if kubeconfig:
+            raise
+        config.load_incluster_config(client_configuration=cfg)
+        token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    token = None
+    if auth:
+        prefix = cfg.api_key_prefix.get("authorization", "")
+        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
+        if prefix and prefix.lower() != "bearer":
+            token = auth
+    return Endpoint(server=cfg.host.rstrip("/"), ca_file=cfg.ssl_ca_cert, verify=cfg.verify_ssl, token=token,
+                    token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file)
+
+
+# Like client-go: a request answered 429 is sent again up to this many times.
+THROTTLE_RETRIES = 10
+
+
+def _retry_after(header: str | None, attempt: int) -> float:
+    """The apiserver's Retry-After (seconds, usually 1), spread so a burst does not return at once."""
+    try:
+        base = min(max(float(header), 0.1), 10.0) if header else 1.0
+    except ValueError:
+        base = 1.0
+    return base * (1 + random.random()) * min(2 ** attempt, 4) / 2
+
+
+def collection_path(api_version: str, plural: str, namespace: str | None = None) -> str:
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+
+class KubeClient:
+    def __init__(self, credentials: Credentials, max_connections: int = 64):
+        self.credentials = credentials
+        self._session: aiohttp.ClientSession | None = None
+        self._max_connections = max_connections
+        self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
+
+    async def __aenter__(self) -> "KubeClient":
+        connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self.credentials.ssl_context)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            json_serialize=lambda o: json.dumps(o, separators=(",", ":")),
+        )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._session:
+            await self._session.close()
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        token = self.credentials.bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
+                      content_type: str = "application/json", timeout: float = 30) -> Any:
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        for attempt in range(THROTTLE_RETRIES + 1):
+            self.requests += 1
+            async with self._session.request(
+                method, self.credentials.server + path, data=data, params=params,
+                headers=self._headers(content_type if body is not None else None),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                text = await response.text()
+                payload = json.loads(text) if text and text[0] in "{[" else text
+                if response.status == 429 and attempt < THROTTLE_RETRIES:
+                    # Too many requests in flight: turned away before it did anything, so any
+                    # verb may be sent again, after the pause the apiserver asks for.
+                    await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
+                    continue
+                if response.status >= 400:
+                    raise ApiError(response.status, payload, method, path)
+                return payload
+
+    # -- verbs ------------------------------------------------------------------
+    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False) -> dict | None:
+        """Create; an object that already exists (409) counts as created: names are deterministic."""
+        meta = obj["metadata"]
+        path = collection_path(obj["apiVersion"], plural, meta.get("namespace"))
+        try:
+            return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
+        except ApiError as err:
+            if err.status == 409:
+                return None
+            raise
+
+    async def delete(self, api_version: str, plural: str, namespace: str | None, name: str,
+                     propagation: str | None = None) -> dict | None:
+        """Delete; an object already gone (404) counts as deleted."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation} if propagation else None
+        try:
+            return await self.request("DELETE", f"{collection_path(api_version, plural, namespace)}/{name}", body)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def merge_patch(self, api_version: str, plural: str, namespace: str | None, name: str, patch: Any,
+                          subresource: str = "") -> dict | None:
+        path = f"{collection_path(api_version, plural, namespace)}/{name}" + (f"/{subresource}" if subresource else "")
+        try:
+            return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def get(self, api_version: str, plural: str, namespace: str | None, name: str) -> dict | None:
+        try:
+            return await self.request("GET", f"{collection_path(api_version, plural, namespace)}/{name}")
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def list(self, api_version: str, plural: str, namespace: str | None = None,
+                   label_selector: str | None = None) -> dict:
+        params = {"labelSelector": label_selector} if label_selector else None
+        return await self.request("GET", collection_path(api_version, plural, namespace), params=params, timeout=120)
+
+    async def watch(self, api_version: str, plural: str, namespace: str | None, resource_version: str,
+                    label_selector: str | None = None, timeout_seconds: int = 290) -> AsyncIterator[dict]:
+        params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        self.requests += 1
+        async with self._session.get(
+            self.credentials.server + collection_path(api_version, plural, namespace), params=params,
+            headers=self._headers(), timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=None),
+        ) as response:
+            if response.status >= 400:
+                raise ApiError(response.status, await response.text(), "WATCH", plural)
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+
+    async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
+                         now: str, component: str = "tfop") -> None:
+        meta = involved["metadata"]
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": etype, "reason": reason, "message": message[:1024],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": component}, "reportingComponent": component,
+        }
+        try:
+            await self.request("POST", collection_path("v1", "events", meta["namespace"]), event)
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as err:
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], err)

@@ -1,0 +1,98 @@
+"""The small copies of API objects the operator keeps in memory.
+
+A reconcile reads little of each object: pods' phase, conditions and exit codes
+(tfop/pods.py), the job's spec and status. Keeping only that, as fresh dicts
+with interned strings (every pod repeats the same label keys, namespace and job
+name), is what keeps a cache of thousands of jobs' pods small: the parsed JSON
+of one pod is ~30 dicts and lists, its trimmed copy a handful.
+"""
+from __future__ import annotations
+
+import json
+from sys import intern
+from typing import Any, Mapping
+
+KEEP_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
+             "ownerReferences", "creationTimestamp")
+KEEP_CONDITION = ("type", "status", "reason", "message")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _strings(mapping: Mapping[str, Any] | None) -> dict:
+    return {intern(k): intern(v) if isinstance(v, str) and len(v) < 64 else v for k, v in (mapping or {}).items()}
+
+
+def trim_meta(meta: Mapping[str, Any]) -> dict:
+    out = {}
+    for key in KEEP_META:
+        value = meta.get(key)
+        if value is None:
+            continue
+        if key in ("labels", "annotations"):
+            value = _strings(value)
+        elif key == "ownerReferences":
+            value = [_strings(ref) for ref in value]
+        elif key in ("namespace", "name"):
+            value = intern(value)
+        out[key] = value
+    return out
+
+
+def _terminated(state: Mapping[str, Any] | None) -> dict | None:
+    if not state:
+        return None
+    terminated = state.get("terminated")
+    if terminated is None:
+        return {intern(k): {} for k in state}  # which state, not its details
+    return {"terminated": {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}}
+
+
+def trim_pod_status(status: Mapping[str, Any]) -> dict:
+    """What tfop/pods.py and the gang backends read: phase, reason, conditions, exit codes, restarts."""
+    out: dict[str, Any] = {k: status[k] for k in ("phase", "reason") if k in status}
+    if status.get("conditions"):
+        out["conditions"] = [{k: intern(c[k]) if k != "message" else c[k] for k in KEEP_CONDITION if k in c}
+                             for c in status["conditions"]]
+    containers = []
+    for c in status.get("containerStatuses") or []:
+        kept: dict[str, Any] = {"name": intern(c.get("name", "")), "restartCount": c.get("restartCount", 0)}
+        for key in ("state", "lastState"):
+            state = _terminated(c.get(key))
+            if state:
+                kept[key] = state
+        containers.append(kept)
+    if containers:
+        out["containerStatuses"] = containers
+    return out
+
+
+def trim_child(obj: Mapping[str, Any], keep_spec: bool = False) -> dict:
+    """A pod, service, group object or PriorityClass as the informers keep it."""
+    out = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": trim_meta(obj.get("metadata") or {}),
+        "status": trim_pod_status(obj.get("status") or {}) if obj.get("kind") == "Pod" else obj.get("status") or {},
+    }
+    if keep_spec:
+        out["spec"] = obj.get("spec") or {}
+    if "value" in obj:  # PriorityClass keeps its value at the top level
+        out["value"] = obj["value"]
+    return out
+
+
+def trim_job(body: Mapping[str, Any]) -> dict:
+    """A TFJob as the controller keeps it: no managedFields fieldsV1 and no last-applied copy of the
+    whole job; the API version they say the job was written in (tfop.api.normalize.authored_version) stays."""
+    meta = dict(body.get("metadata") or {})
+    meta["managedFields"] = [{k: entry[k] for k in ("manager", "apiVersion", "subresource") if k in entry}
+                             for entry in meta.get("managedFields") or []]
+    annotations = meta.get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        try:
+            version = json.loads(annotations[LAST_APPLIED]).get("apiVersion")
+        except (ValueError, AttributeError):
+            version = None
+        meta["annotations"] = dict(annotations)
+        meta["annotations"][LAST_APPLIED] = json.dumps({"apiVersion": version}) if version else "{}"
+    return {**body, "metadata": meta}

@@ -1,0 +1,1 @@
+"""The I/O layer: kopf registration, informers, the work queue, applying Plans."""

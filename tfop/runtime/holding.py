@@ -1,0 +1,53 @@
+"""Which status changes may wait, and how long, so a starting burst costs two status writes a job.
+
+A change that only reports a starting job's progress (Created, Running, replica
+counts, the gang's phase and pending reason) waits until the job's status has
+been quiet for a moment, so a burst of pod and PodGroup events becomes one
+write. While a gang merely waits its turn (its reason is one of the scheduler's
+ordinary steps towards starting, nothing the user can act on), the details
+change at every scheduler cycle: those wait much longer. Every other change
+(finished, failed, restarting, suspended, restart counts, startTime, a reason
+the scheduler gives for not placing the gang) is written at once or within
+seconds.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tfop.api import conditions as S
+
+# (quiet, maximum delay) in seconds: written once unchanged for `quiet`, or `maximum delay` after
+# the first change that was held, whichever comes first.
+PROGRESS_HOLD = (1.0, 5.0)
+STARTING_HOLD = (60.0, 60.0)
+# startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
+PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
+                   "observedGeneration", "gang"}
+PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
+# tfop.core.reconcile's gang reasons for a gang on its way to start: the group is not admitted yet
+# (NotAdmitted, Volcano's PodGroupPending) or its pods are not bound yet (Pending).
+STARTING_GANG_REASONS = {"NotAdmitted", "PodGroupPending", "Pending"}
+
+
+def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when `new` differs from `old` only by a starting job's progress."""
+    if any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - PROGRESS_FIELDS):
+        return False
+    before = {c.get("type"): c.get("status") for c in old.get("conditions") or []}
+    after = {c.get("type"): c.get("status") for c in new.get("conditions") or []}
+    return all(before.get(t) == after.get(t) for t in (before.keys() | after.keys()) - PROGRESS_CONDITIONS)
+
+
+def gang_starting(status: Mapping[str, Any]) -> bool:
+    """A gang on its way: also while some members run and the rest are still being started (the
+    kubelets report them one by one), which is not worth a write per member."""
+    return (status.get("gang") or {}).get("reason") in STARTING_GANG_REASONS
+
+
+def hold_limits(written: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[float, float] | None:
+    """How long `new` may wait before it replaces the `written` status; None: write it now."""
+    if not progress_only(written, new):
+        return None
+    if gang_starting(new) and gang_starting(written):
+        return STARTING_HOLD
+    return PROGRESS_HOLD

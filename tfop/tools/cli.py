@@ -1,0 +1,164 @@
+"""The `tfop` command: run the operator, and look at jobs offline."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+
+import click
+import yaml
+
+from tfop.core.settings import Settings
+
+GANG_NAME_HELP = ("gang backend: volcano (default), scheduler-plugins, coscheduling, kube-batch, "
+                  "kube-arbitrator (alias pdb), koordinator, yunikorn, auto, or any other name: "
+                  "scheduler-plugins with that schedulerName")
+
+
+def gang_options(f):
+    f = click.option("--scheduler-name", default=None,
+                     help="schedulerName stamped on pods, overriding the gang backend's.")(f)
+    f = click.option("--gang-scheduler-name", default="", help=GANG_NAME_HELP)(f)
+    return click.option("--enable-gang-scheduling", is_flag=True, help="turn every TFJob into a gang.")(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """tfop: a Kubernetes operator for Kubeflow TFJobs, with gang scheduling."""
+
+
+@cli.command()
+@gang_options
+@click.option("--namespace", "namespaces", multiple=True, help="watch only this namespace (repeatable).")
+@click.option("--all-namespaces", is_flag=True, help="watch every namespace (the default).")
+@click.option("--cluster-domain", default="", help="suffix for TF_CONFIG hosts, e.g. cluster.local.")
+@click.option("--gang-restart/--no-gang-restart", default=True,
+              help="restart a running gang as a whole when a member fails or disappears.")
+@click.option("--pods-before-admission", type=click.Choice(["auto", "always", "never"]), default="auto",
+              show_default=True,
+              help="create a gang's pods before Volcano admits its PodGroup; auto: when a dry-run pod shows "
+                   "no Volcano admission webhook would refuse them.")
+@click.option("--max-concurrent-requests", default=64, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
+              help="liveness endpoint URL; empty to disable.")
+@click.option("-v", "--verbose", is_flag=True)
+def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces, all_namespaces, cluster_domain,
+        gang_restart, pods_before_admission, max_concurrent_requests, kubeconfig, liveness, verbose) -> None:
+    """Run the operator against the current cluster."""
+    from tfop.runtime.main import run_operator
+
+    if all_namespaces and namespaces:
+        raise click.UsageError("--namespace and --all-namespaces exclude each other")
+    settings = Settings(
+        enable_gang_scheduling=enable_gang_scheduling or bool(gang_scheduler_name),
+        gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
+        namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
+        max_concurrent_requests=max_concurrent_requests, pods_before_admission=pods_before_admission,
+    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+    asyncio.run(run_operator(settings, kubeconfig=kubeconfig, liveness=liveness or None))
+
+
+def _load(files) -> list[tuple[str, dict]]:
+    from tfop.tools.offline import tfjobs_in
+
+    out = []
+    for handle in files:
+        name = "-" if handle.name == "<stdin>" else handle.name
+        try:
+            docs = list(yaml.safe_load_all(handle))
+        except yaml.YAMLError as err:
+            raise click.ClickException(f"{name}: not YAML: {err}")
+        jobs = tfjobs_in(docs)
+        if not jobs:
+            raise click.ClickException(f"{name}: no kubeflow.org TFJob in it")
+        out.extend((name, job) for job in jobs)
+    return out
+
+
+def _context(enable, gang_name, scheduler_name):
+    from tfop.build.children import Templates
+    from tfop.core.reconcile import Context
+
+    settings = Settings(enable_gang_scheduling=enable or bool(gang_name), gang_scheduler_name=gang_name,
+                        scheduler_name=scheduler_name)
+    backend = None
+    if settings.enable_gang_scheduling:
+        from tfop.gang.registry import load_backend
+
+        if gang_name == "auto":
+            raise click.UsageError("--gang-scheduler-name=auto needs a cluster; name a backend to render")
+        try:
+            backend, _ = load_backend(gang_name, scheduler_name)
+        except ValueError as err:
+            raise click.UsageError(str(err))
+    return Context(settings=settings, templates=Templates(), backend=backend)
+
+
+@cli.command()
+@click.option("-f", "--filename", "files", type=click.File("r"), multiple=True, required=True,
+              help="TFJob YAML (any served version); - for stdin. Repeatable.")
+@gang_options
+@click.option("--namespace", default=None, help="namespace for jobs that name none (default: default).")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, output) -> None:
+    """Print every object the operator creates for the jobs, without a cluster."""
+    from tfop.tools.offline import render_job, with_namespace
+
+    from tfop.api.normalize import normalize
+
+    ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
+    objects, bad = [], 0
+    for name, job in _load(files):
+        job = with_namespace(job, namespace)
+        problems = normalize(job).problems
+        if problems:  # the operator would create nothing but a Failed condition: say why instead
+            bad += len(problems)
+            for problem in problems:
+                click.echo(f"{name}: {job['metadata'].get('name', '?')}: {problem.field}: {problem.message}", err=True)
+            continue
+        objects.extend(render_job(job, ctx))
+    if bad:
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(objects, indent=2))
+    else:
+        click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+
+
+@cli.command()
+@click.option("-f", "--filename", "files", type=click.File("r"), multiple=True, required=True,
+              help="TFJob YAML (any served version); - for stdin. Repeatable.")
+def validate(files) -> None:
+    """Exit 0 when every TFJob is valid; else print FILE: JOB: FIELD: problem and exit 1."""
+    from tfop.tools.offline import job_problems, with_namespace
+
+    ctx = _context(False, "", None)
+    bad = 0
+    for name, job in _load(files):
+        for problem in job_problems(with_namespace(job, None), ctx):
+            bad += 1
+            click.echo(f"{name}: {(job.get('metadata') or {}).get('name', '?')}: {problem.field}: {problem.message}")
+    sys.exit(1 if bad else 0)
+
+
+def _register_deploy_commands() -> None:
+    from tfop.tools.deploy_cli import register
+
+    register(cli)
+
+
+_register_deploy_commands()
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

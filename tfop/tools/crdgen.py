@@ -1,0 +1,507 @@
+"""Generate the TFJob CustomResourceDefinition.
+
+    python -m tfop.tools.crdgen            # writes crds/kubeflow.org_tfjobs.yaml
+    python -m tfop.tools.crdgen --check    # exit 1 if the committed file is stale
+
+The PodTemplateSpec schema is derived from the Kubernetes JSON schemas that
+kubernetes-validate ships, turned into a structural schema. Everything else
+is written out here.
+"""
+import copy
+import json
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+
+GROUP = "kubeflow.org"
+KIND = "TFJob"
+PLURAL = "tfjobs"
+STORAGE_VERSION = "v1"
+VERSIONS = ["v1", "v1beta1", "v1alpha2"]  # storage first
+K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
+REPLICA_TYPES = ["Chief", "Master", "PS", "Worker", "Evaluator"]
+MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # one spec per type at most
+OUTPUT = Path(__file__).resolve().parents[2] / "crds" / f"{GROUP}_{PLURAL}.yaml"
+
+_DEFS_PREFIX = "io.k8s.apimachinery.pkg"
+_INT_OR_STRING = {f"{_DEFS_PREFIX}.util.intstr.IntOrString",
+                  f"{_DEFS_PREFIX}.api.resource.Quantity"}
+_OBJECT_META = f"{_DEFS_PREFIX}.apis.meta.v1.ObjectMeta"
+_TIME = f"{_DEFS_PREFIX}.apis.meta.v1.Time"
+# Keywords of the Kubernetes JSON schemas that a CRD schema may carry over.
+_KEEP = ("description", "format", "enum", "required", "minimum", "maximum", "pattern",
+         "minLength", "maxLength", "minItems", "maxItems",
+         "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type")
+# A list-map key must be required or defaulted in a CRD; these are the API defaults.
+_MAP_KEY_DEFAULTS = {"protocol": "TCP"}
+
+# ---------------------------------------------------------------- CEL rules
+# (rule, message, fieldPath or None). tfop.tools.crd re-implements each in Python
+# and reuses the messages, so both paths report the same words.
+#
+# spec.tfReplicaSpecs is an object, not a map, so that `kubectl explain` can
+# step into spec.tfReplicaSpecs.Worker. It declares each replica type as
+# written (Worker) and in lower case (worker), the two spellings in use; it
+# keeps unknown keys (x-kubernetes-preserve-unknown-fields) so that a
+# misspelt type is rejected by a rule rather than silently pruned. CEL cannot
+# see unknown keys of an object (its declared type has only the declared
+# properties), but size() of the object counts every key: so "every key is
+# declared" is "size equals the number of declared keys present".
+KNOWN_TYPES_LOWER = [t.lower() for t in REPLICA_TYPES]
+REPLICA_KEYS = REPLICA_TYPES + KNOWN_TYPES_LOWER  # the declared spellings
+CHIEF_KEYS = ["Chief", "chief", "Master", "master"]
+EVALUATOR_KEYS = ["Evaluator", "evaluator"]
+MSG_EMPTY = ("spec.tfReplicaSpecs must not be empty: add at least one replica type "
+             "(Chief, Master, PS, Worker or Evaluator)")
+MSG_UNKNOWN = ("spec.tfReplicaSpecs keys must be replica types Chief, Master, PS, Worker "
+               "or Evaluator, spelt so or in lower case (chief, master, ps, worker, "
+               "evaluator); rename or remove the others")
+MSG_DUPLICATE = ("spec.tfReplicaSpecs lists a replica type twice in different case "
+                 "(e.g. Worker and worker); keep one")
+MSG_ONE_CHIEF = "spec.tfReplicaSpecs may have only one Chief or Master; remove the other"
+MSG_CHIEF_REPLICAS = "spec.tfReplicaSpecs.Chief/Master replicas must be 0 or 1"
+MSG_EVALUATOR_REPLICAS = "spec.tfReplicaSpecs.Evaluator replicas must be 0 or 1"
+MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, "
+            "digits or '-', starting with a letter and ending with a letter or digit")
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NAME_MAX = 63
+
+
+def _present(keys):
+    """CEL: how many of these declared keys self has."""
+    return "[" + ", ".join(f"has(self.{k})" for k in keys) + "].filter(x, x).size()"
+
+
+REPLICA_SPEC_RULES = [  # on spec.tfReplicaSpecs
+    ("size(dyn(self)) > 0", MSG_EMPTY),
+    (f"size(dyn(self)) == {_present(REPLICA_KEYS)}", MSG_UNKNOWN),
+    (" && ".join(f"!(has(self.{t}) && has(self.{t.lower()}))" for t in REPLICA_TYPES),
+     MSG_DUPLICATE),
+    (f"{_present(CHIEF_KEYS)} <= 1", MSG_ONE_CHIEF),
+]
+# on the replica spec of each of CHIEF_KEYS / EVALUATOR_KEYS
+CHIEF_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_CHIEF_REPLICAS, ".replicas")]
+EVALUATOR_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_EVALUATOR_REPLICAS,
+                    ".replicas")]
+ROOT_RULES = [
+    (f"!has(self.metadata.name) || (size(self.metadata.name) <= {NAME_MAX}"
+     f" && self.metadata.name.matches('{NAME_PATTERN}'))", MSG_NAME, ".metadata.name"),
+]
+
+
+def _rules(rules):
+    out = []
+    for rule in rules:
+        entry = {"rule": rule[0], "message": rule[1]}
+        if len(rule) > 2:
+            entry["fieldPath"] = rule[2]
+        out.append(entry)
+    return out
+
+
+# --------------------------------------------- Kubernetes schema conversion
+def k8s_schema_dir(release: str = K8S_SCHEMA_RELEASE) -> Path:
+    """Directory of the shipped JSON schemas: the wanted release, else the oldest."""
+    root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    wanted = root / f"{release}-local"
+    if wanted.is_dir():
+        return wanted
+
+    def key(p):
+        return tuple(int(x) for x in p.name[1:].split("-")[0].split("."))
+    return min((p for p in root.glob("v*-local") if p.is_dir()), key=key)
+
+
+def _k8s_defs():
+    path = k8s_schema_dir() / "_definitions.json"
+    return json.loads(path.read_text())["$defs"]
+
+
+def _template_metadata(description=None):
+    m = {"type": "object",
+         "properties": {
+             "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "Labels of the objects made from this template."},
+             "annotations": {"type": "object", "additionalProperties": {"type": "string"},
+                             "description": "Annotations of the objects made from this template."},
+         },
+         # other ObjectMeta fields (name, creationTimestamp: null, ...) are kept as written
+         "x-kubernetes-preserve-unknown-fields": True}
+    if description:
+        m["description"] = description
+    return m
+
+
+class _Converter:
+    """Inlines $refs of the Kubernetes schemas into one structural schema."""
+
+    def __init__(self, defs):
+        self.defs = defs
+
+    def ref(self, name, stack=()):
+        return self.node({"$ref": f"#/$defs/{name}"}, stack)
+
+    def node(self, src, stack):
+        if "$ref" in src:
+            name = src["$ref"].rsplit("/", 1)[-1]
+            site_doc = src.get("description")
+            if name in _INT_OR_STRING:
+                out = {"x-kubernetes-int-or-string": True}
+            elif name == _OBJECT_META:
+                out = _template_metadata()
+            elif name == _TIME:
+                out = {"type": "string", "format": "date-time"}
+            elif name in stack:  # recursive type: cannot inline, keep as is
+                out = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            else:
+                out = self.node(self.defs[name], stack + (name,))
+            out = dict(out)
+            if site_doc:
+                out["description"] = site_doc
+            elif name in _INT_OR_STRING | {_TIME}:
+                out.pop("description", None)
+            return out
+
+        out = {k: copy.deepcopy(src[k]) for k in _KEEP if k in src}
+        types = src.get("type")
+        if isinstance(types, list):
+            types = [t for t in types if t != "null"]
+            types = types[0] if len(types) == 1 else None
+        if types:
+            out["type"] = types
+        if "items" in src:
+            out["items"] = self.node(src["items"], stack)
+        if "properties" in src:
+            out["properties"] = {k: self.node(v, stack) for k, v in src["properties"].items()}
+        if isinstance(src.get("additionalProperties"), dict):
+            out["additionalProperties"] = self.node(src["additionalProperties"], stack)
+        if out.get("type") == "object" and not {"properties", "additionalProperties"} & set(out):
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        if out.get("x-kubernetes-list-type") == "map":
+            self._default_map_keys(out)
+        return out
+
+    @staticmethod
+    def _default_map_keys(array):
+        item = array["items"]
+        required = set(item.get("required", []))
+        for key in array.get("x-kubernetes-list-map-keys", []):
+            if key not in required and "default" not in item["properties"][key]:
+                item["properties"][key]["default"] = _MAP_KEY_DEFAULTS.get(key, "")
+
+
+# ------------------------------------------------------------ TFJob schema
+def _d(description, schema):
+    return {"description": description, **schema}
+
+
+def _int32(description, minimum=0):
+    s = {"type": "integer", "format": "int32", "description": description}
+    if minimum is not None:
+        s["minimum"] = minimum
+    return s
+
+
+def _int64(description, minimum=0):
+    return {"type": "integer", "format": "int64", "minimum": minimum, "description": description}
+
+
+def _time(description):
+    return {"type": "string", "format": "date-time", "description": description}
+
+
+def _str(description, **extra):
+    return {"type": "string", "description": description, **extra}
+
+
+CLEAN_POD_POLICIES = ["None", "Running", "All"]
+RESTART_POLICIES = ["Always", "OnFailure", "Never", "ExitCode"]
+SUCCESS_POLICIES = ["", "AllWorkers"]
+
+
+def _run_policy_fields(legacy=False):
+    suffix = (" Deprecated location: use spec.runPolicy instead; honoured when "
+              "spec.runPolicy does not set it.") if legacy else ""
+    return {
+        "cleanPodPolicy": _str(
+            "Which pods to delete once the job has finished: None keeps all, Running deletes "
+            "pods still running or pending (and their services), All deletes every pod." + suffix,
+            enum=CLEAN_POD_POLICIES),
+        "ttlSecondsAfterFinished": _int32(
+            "Delete the TFJob itself this many seconds after it succeeded or failed. "
+            "Unset: keep it." + suffix),
+        "activeDeadlineSeconds": _int64(
+            "Fail the job, deleting its pods, once it has been running this many seconds "
+            "since status.startTime." + suffix),
+        "backoffLimit": _int32(
+            "Fail the job once its pods have been restarted this many times in total "
+            "(container restarts plus ExitCode re-creations)." + suffix),
+    }
+
+
+def _scheduling_policy():
+    return _d("Gang scheduling settings handed to the gang scheduler's group object.", {
+        "type": "object",
+        "properties": {
+            "minAvailable": _int32("Pods that must be schedulable together before any starts. "
+                                   "Default: all pods of the job."),
+            "queue": _str("Scheduler queue to submit the gang to (Volcano, YuniKorn, ...)."),
+            "minResources": _d("Resources the whole gang needs before it may start; default: "
+                               "the sum over its pods.", {
+                "type": "object",
+                "additionalProperties": {"x-kubernetes-int-or-string": True}}),
+            "priorityClass": _str("PriorityClass name for the gang."),
+            "scheduleTimeoutSeconds": _int32("How long the gang may wait to be scheduled "
+                                             "before the scheduler gives up on it."),
+        }})
+
+
+def _replica_spec(template, rules=(), description="Pods of one replica type."):
+    spec = _d(description, {
+        "type": "object",
+        "properties": {
+            "replicas": _int32("Number of pods of this type. Unset means 1 (applied by the "
+                               "operator, which can tell unset from 1)."),
+            "restartPolicy": _str("What to do when a pod of this type fails: Always and OnFailure "
+                                  "let the kubelet restart containers; Never fails the job; "
+                                  "ExitCode re-creates the pod for retryable exit codes (>= 128) "
+                                  "and fails the job otherwise. Default Never.",
+                                  enum=RESTART_POLICIES),
+            "template": template,
+        }})
+    if rules:
+        spec["x-kubernetes-validations"] = _rules(rules)
+    return spec
+
+
+def _replica_specs(template) -> dict:
+    """spec.tfReplicaSpecs: one property per declared spelling (see REPLICA_KEYS).
+
+    Only Worker's pod template carries the Kubernetes field descriptions (they
+    are ~235 KB a copy): the other types have the same structure undescribed.
+    The lower-case spellings are checked for replicas and restartPolicy; their
+    template is kept as written (the operator reads it like the canonical one).
+    """
+    undescribed = strip_descriptions(template)
+    undescribed["description"] = (
+        template["description"] + " Same fields as Worker's template; for their "
+        "descriptions see `kubectl explain tfjob.spec.tfReplicaSpecs.Worker.template`.")
+    rules = {k: CHIEF_RULES for k in CHIEF_KEYS} | {k: EVALUATOR_RULES for k in EVALUATOR_KEYS}
+    properties = {}
+    for rtype in REPLICA_TYPES:
+        properties[rtype] = _replica_spec(
+            template if rtype == "Worker" else undescribed, rules.get(rtype, ()),
+            f"Pods of replica type {rtype}.")
+    for rtype in REPLICA_TYPES:
+        loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                 "description": f"Pod template, as in {rtype}.template (kept as written, "
+                                "not checked here)."}
+        properties[rtype.lower()] = _replica_spec(
+            loose, rules.get(rtype.lower(), ()),
+            f"{rtype} spelt in lower case; the operator reads it as {rtype}. "
+            f"Prefer {rtype}: only that spelling's pod template is checked on admission.")
+    return _d("Replica types of the job: Chief, Master, PS, Worker and Evaluator, each "
+              "spelt so or in lower case.", {
+                  "type": "object",
+                  "maxProperties": MAX_REPLICA_TYPES,
+                  "properties": properties,
+                  # misspelt keys are kept so that a rule rejects them, not pruned in silence
+                  "x-kubernetes-preserve-unknown-fields": True,
+                  "x-kubernetes-validations": _rules(REPLICA_SPEC_RULES)})
+
+
+def _replica_statuses(description):
+    status = _d("Pod counts of one replica type.", {
+        "type": "object",
+        "properties": {
+            "active": _int32("Pods pending or running."),
+            "succeeded": _int32("Pods that succeeded."),
+            "failed": _int32("Pods that failed."),
+            "labelSelector": None,  # filled in below
+            "selector": _str("Label selector of these pods, in string form."),
+        }})
+    return status, _d(description, {"type": "object", "additionalProperties": status})
+
+
+def tfjob_schema(conv: _Converter) -> dict:
+    template = conv.ref("io.k8s.api.core.v1.PodTemplateSpec")
+    template["description"] = ("Pod template for this replica type. The operator adds its "
+                               "labels, TF_CONFIG and the tfjob-port to the tensorflow container.")
+    label_selector = conv.ref(f"{_DEFS_PREFIX}.apis.meta.v1.LabelSelector")
+    label_selector["description"] = "Label selector of these pods."
+
+    rs_status, replica_statuses = _replica_statuses(
+        "Pod counts per replica type, keyed by replica type.")
+    rs_status["properties"]["labelSelector"] = label_selector
+    legacy_statuses = copy.deepcopy(replica_statuses)
+    legacy_statuses["description"] = ("Same as replicaStatuses, under the name read by "
+                                      "kubeflow.org/v1alpha2 clients.")
+
+    condition = _d("One observed state of the job.", {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": _str("Created, Running, Restarting, Succeeded, Failed or Suspended."),
+            "status": _str("True, False or Unknown."),
+            "reason": _str("One-word CamelCase reason, e.g. TFJobRunning."),
+            "message": _str("Human-readable details."),
+            "lastUpdateTime": _time("When this condition was last updated."),
+            "lastTransitionTime": _time("When status last changed."),
+        }})
+
+    spec = _d("What to run: the replica types and how to run, clean up and schedule them.", {
+        "type": "object",
+        "required": ["tfReplicaSpecs"],
+        "properties": {
+            "tfReplicaSpecs": _replica_specs(template),
+            "runPolicy": _d("Clean-up, limits and scheduling of the job.", {
+                "type": "object",
+                "properties": {
+                    **_run_policy_fields(),
+                    "suspend": {"type": "boolean", "description":
+                                "Suspend the job: delete its pods, services and gang object "
+                                "until set back to false (Kueue uses this)."},
+                    "managedBy": _str("Controller that reconciles this job; tfop leaves jobs "
+                                      "managed by another controller alone."),
+                    "schedulingPolicy": _scheduling_policy(),
+                }}),
+            "successPolicy": _str("When the job succeeds without a Chief/Master: \"\" means "
+                                  "when worker 0 succeeds, AllWorkers when all workers do.",
+                                  enum=SUCCESS_POLICIES),
+            "enableDynamicWorker": {"type": "boolean", "description":
+                                    "Workers may come and go: TF_CONFIG uses the sparse form "
+                                    "and worker failures do not fail the job."},
+            **_run_policy_fields(legacy=True),
+        }})
+
+    status = _d("Observed state of the job, written by the operator.", {
+        "type": "object",
+        "properties": {
+            "conditions": _d("Conditions of the job, latest last.",
+                             {"type": "array", "items": condition}),
+            "replicaStatuses": replica_statuses,
+            "tfReplicaStatuses": legacy_statuses,
+            "startTime": _time("When the operator first saw the job running (reset on resume)."),
+            "completionTime": _time("When the job succeeded or failed."),
+            "lastReconcileTime": _time("When the operator last reconciled the job."),
+            "ready": _str("Ready pods of all pods, e.g. 3/5."),
+            "restartCount": _int32("Restarts counted against runPolicy.backoffLimit."),
+            "observedGeneration": _int64("metadata.generation last acted upon."),
+            "gang": _d("Gang scheduling state, as reported by the gang scheduler.", {
+                "type": "object",
+                "properties": {
+                    "backend": _str("Gang scheduling backend in use, e.g. volcano."),
+                    "group": _str("Name of the scheduler's group object (PodGroup, ...)."),
+                    "phase": _str("Phase of the group as the scheduler reports it."),
+                    "reason": _str("Why the gang is in this phase, from the scheduler."),
+                    "message": _str("Scheduler's message, e.g. why the gang is pending."),
+                    "since": _time("When the group entered this phase."),
+                }}),
+        }})
+
+    return _d("TFJob runs a distributed TensorFlow training job.", {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": _str("Version of this object's schema."),
+            "kind": _str("Kind of this object: TFJob."),
+            # declared so the name rule's fieldPath resolves; only these two are allowed here
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"},
+                                                          "generateName": {"type": "string"}}},
+            "spec": spec,
+            "status": status,
+        },
+        "x-kubernetes-validations": _rules(ROOT_RULES)})
+
+
+def strip_descriptions(node):
+    """Copy of a schema without descriptions (the served-only versions, for size)."""
+    if isinstance(node, dict):
+        return {k: strip_descriptions(v) for k, v in node.items()
+                if not (k == "description" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [strip_descriptions(v) for v in node]
+    return node
+
+
+PRINTER_COLUMNS = [
+    {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type",
+     "description": "Type of the latest condition."},
+    {"name": "Ready", "type": "string", "jsonPath": ".status.ready",
+     "description": "Ready pods of all pods."},
+    {"name": "Gang", "type": "string", "jsonPath": ".status.gang.phase", "priority": 1,
+     "description": "Phase of the gang as the scheduler reports it."},
+    {"name": "Message", "type": "string", "jsonPath": ".status.conditions[-1:].message",
+     "priority": 1, "description": "Message of the latest condition."},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def build_crd() -> dict:
+    schema = tfjob_schema(_Converter(_k8s_defs()))
+    light = strip_descriptions(schema)
+    versions = []
+    for name in VERSIONS:
+        storage = name == STORAGE_VERSION
+        version = {
+            "name": name,
+            "served": True,
+            "storage": storage,
+            "schema": {"openAPIV3Schema": schema if storage else light},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": PRINTER_COLUMNS,
+        }
+        if not storage:
+            version["deprecated"] = True
+            version["deprecationWarning"] = (f"{GROUP}/{name} {KIND} is deprecated; "
+                                             f"use {GROUP}/{STORAGE_VERSION}")
+        versions.append(version)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}",
+                     "labels": {"app.kubernetes.io/part-of": "tfop"}},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL,
+                      "singular": KIND.lower(), "shortNames": ["tfjob"],
+                      "categories": ["all", "kubeflow"]},
+            "scope": "Namespaced",
+            # every version reads the same stored object, hence identical schemas
+            "conversion": {"strategy": "None"},
+            "versions": versions,
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """No anchors/aliases: kubectl and humans read the file."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def render() -> str:
+    header = ("# Generated by `python -m tfop.tools.crdgen` "
+              f"(Kubernetes {k8s_schema_dir().name} JSON schemas). Do not edit.\n")
+    return header + yaml.dump(build_crd(), Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in argv:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
+            print(f"{OUTPUT} is stale: run python -m tfop.tools.crdgen", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

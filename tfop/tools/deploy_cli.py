@@ -1,0 +1,158 @@
+"""Deploy-side commands: `tfop manifests`, `tfop doctor`, `tfop gang enable|disable`.
+
+tfop/cli.py calls register(cli). Cluster commands use the current kubeconfig
+(or in-cluster config) through the synchronous `kubernetes` client: a CLI makes
+a handful of calls and exits, so no event loop is needed.
+"""
+from __future__ import annotations
+
+import click
+
+from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
+
+
+def _api_client(kubeconfig: str | None, context: str | None):
+    from kubernetes import client, config
+
+    try:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except config.ConfigException:
+        if kubeconfig or context:
+            raise
+        config.load_incluster_config()
+        return client.ApiClient()
+
+
+def _kube_options(f):
+    f = click.option("--context", default=None, help="kubeconfig context (default: current).")(f)
+    return click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
+                        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")(f)
+
+
+def _sa(value: str | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    ns, sep, name = value.partition(":")
+    if not sep or not ns or not name:
+        raise click.BadParameter("expected NAMESPACE:NAME")
+    return ns, name
+
+
+@click.command("manifests")
+@click.option("--enable-gang-scheduling", is_flag=True, help="Deploy with gang scheduling on.")
+@click.option("--gang-scheduler-name", default=None, metavar="NAME",
+              help="Gang backend (volcano when omitted); its RBAC rules are added.")
+@click.option("--scheduler-name", default=None, metavar="NAME",
+              help="schedulerName stamped on pods instead of the backend's own.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True)
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image, output):
+    """Print everything the operator needs (CRD, RBAC, Deployment) in apply order.
+
+    \b
+    Apply server-side: the TFJob CRD is too big for client-side apply's
+    last-applied annotation (256 KiB):
+      tfop manifests | kubectl apply --server-side -f -
+    """
+    from tfop.tools.manifests import dump, render_manifests
+
+    if gang_scheduler_name and not enable_gang_scheduling:
+        raise click.UsageError("--gang-scheduler-name needs --enable-gang-scheduling")
+    try:
+        objs = render_manifests(enable_gang_scheduling, gang_scheduler_name, scheduler_name,
+                                namespace, image)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    click.echo(dump(objs, output), nl=False)
+
+
+@click.command("doctor")
+@click.option("--gang-scheduler-name", default=None, metavar="NAME",
+              help="Backend to check (default: whatever the running operator's args select).")
+@click.option("--scheduler-name", default=None, metavar="NAME",
+              help="schedulerName pods use, if not the backend's own.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+              help="Namespace of the operator and its ServiceAccount.")
+@click.option("--service-account", default=DEFAULT_DEPLOYMENT, show_default=True)
+@click.option("--deployment", default=DEFAULT_DEPLOYMENT, show_default=True)
+@click.option("--scheduler-service-account", default=None, metavar="NS:NAME",
+              help="The scheduler's ServiceAccount, when it does not run as a findable pod.")
+@_kube_options
+def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, deployment,
+               scheduler_service_account, kubeconfig, context):
+    """Check CRDs, the operator's RBAC, and the gang scheduler; exit 1 on any failure."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tfop.tools import doctor
+
+    cluster = doctor.Cluster(_api_client(kubeconfig, context))
+    try:
+        backend, sched, why = doctor.resolve(cluster, gang_scheduler_name, scheduler_name,
+                                             namespace, deployment)
+    except ValueError as err:
+        click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
+        raise SystemExit(1)
+    click.echo(f"checking: {why}")
+    try:
+        checks = doctor.run_checks(cluster, backend, namespace, service_account, sched,
+                                   _sa(scheduler_service_account))
+    except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
+        raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
+    click.echo(doctor.format_report(checks))
+    raise SystemExit(doctor.exit_code(checks))
+
+
+def _gang_options(f):
+    f = click.option("--cluster-role", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
+    f = click.option("--deployment", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
+    f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)(f)
+    f = click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")(f)
+    return _kube_options(f)
+
+
+def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconfig, context):
+    from kubernetes.client.exceptions import ApiException
+
+    from tfop.tools.gang_toggle import Target, apply_gang
+
+    target = Target(namespace=namespace, deployment=deployment, cluster_role=cluster_role)
+    try:
+        lines = apply_gang(_api_client(kubeconfig, context), enable, name, target, dry_run=dry_run)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    except ApiException as err:
+        if err.status == 422:  # a JSON-patch `test` failed: someone edited it meanwhile
+            raise click.ClickException("the Deployment or ClusterRole changed while patching; "
+                                       "run the command again") from err
+        raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
+    for line in lines:
+        click.echo(line)
+
+
+@click.group("gang")
+def gang_group():
+    """Turn gang scheduling on or off in a running operator (Deployment args + ClusterRole)."""
+
+
+@gang_group.command("enable")
+@click.option("--gang-scheduler-name", default=None, metavar="NAME",
+              help="Backend to enable (volcano when omitted; `auto` detects it from the CRDs).")
+@_gang_options
+def gang_enable(gang_scheduler_name, **kw):
+    """Add --enable-gang-scheduling (and the backend's RBAC rules)."""
+    _toggle(True, gang_scheduler_name, **kw)
+
+
+@gang_group.command("disable")
+@click.option("--gang-scheduler-name", default=None, metavar="NAME",
+              help="Backend whose rules to remove if the args no longer name one.")
+@_gang_options
+def gang_disable(gang_scheduler_name, **kw):
+    """Remove exactly what `gang enable` added."""
+    _toggle(False, gang_scheduler_name, **kw)
+
+
+def register(group: click.Group) -> None:
+    for command in (manifests_cmd, doctor_cmd, gang_group):
+        group.add_command(command)

@@ -1,0 +1,418 @@
+"""`tfop doctor`: is this cluster ready for the operator and its gang scheduler?
+
+Checks the CRDs, asks the apiserver (SubjectAccessReview) whether the
+operator's ServiceAccount may do each thing it needs, looks for a running
+scheduler answering to the pods' schedulerName, and whether that scheduler's
+own ServiceAccount may list the gang's group objects. Every RBAC failure comes
+with the minimal rule to add, never a wildcard. The pure half (rule
+suggestions, scheduler evidence, report text) is separate from the API calls.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from tfop.gang.base import GangBackend
+from tfop.tools.rbac import permissions
+
+TFJOB_CRD = "tfjobs.kubeflow.org"
+DEFAULT_SCHEDULER = "default-scheduler"
+# Verbs a scheduler's informer needs on the group objects it reads.
+SCHEDULER_VERBS = ("list", "watch")
+# Names a scheduler's pods and leader-election Lease carry, beyond the schedulerName itself.
+# kube-scheduler: Lease kube-system/kube-scheduler, static pod kube-scheduler-<node>
+# (label component=kube-scheduler). Volcano: Lease vc-scheduler, Deployment volcano-scheduler.
+KNOWN_NAMES: dict[str, tuple[str, ...]] = {
+    DEFAULT_SCHEDULER: ("kube-scheduler",),
+    "volcano": ("vc-scheduler", "volcano-scheduler"),
+    "kube-batchd": ("kube-batch", "kube-arbitrator"),
+    "kube-batch": ("kube-batch",),
+    "yunikorn": ("yunikorn-scheduler",),
+    "koord-scheduler": ("koord-scheduler",),
+}
+POD_NAME_LABELS = ("component", "app", "app.kubernetes.io/name", "app.kubernetes.io/component",
+                   "k8s-app", "name")
+LEASE_GRACE = dt.timedelta(seconds=30)
+# kube-scheduler-based schedulers report Scheduled/FailedScheduling events as their
+# profile's schedulerName; one this recent means that scheduler was running just now.
+EVENT_WINDOW = dt.timedelta(minutes=15)
+SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
+
+
+@dataclass(frozen=True)
+class Check:
+    title: str
+    ok: bool | None  # None: could not be checked (says why in detail); not a failure
+    detail: str = ""
+    fix: str = ""
+
+
+# ------------------------------------------------------------------ rules
+def missing_rules(denied: Iterable[tuple[str, str, str]]) -> list[dict]:
+    """The fewest rules granting exactly the denied (group, resource, verb) triples.
+
+    Resources of one group that lack the same verbs share a rule.
+    """
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb in denied:
+        verbs.setdefault((group, resource), set()).add(verb)
+    merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), vs in verbs.items():
+        merged.setdefault((group, tuple(sorted(vs))), []).append(resource)
+    return [{"apiGroups": [group], "resources": resources, "verbs": list(vs)}
+            for (group, vs), resources in merged.items()]
+
+
+def rules_yaml(rules: list[dict]) -> str:
+    """YAML to paste under a ClusterRole's `rules:`."""
+    return yaml.safe_dump(rules, sort_keys=False, default_flow_style=None).rstrip("\n")
+
+
+def rbac_fix(denied: Iterable[tuple[str, str, str]], user: str, roles: list[str] | None) -> str:
+    """What to paste: the rules for a role already bound to `user`, else a role and its binding.
+
+    roles None: the bindings could not be listed, so which role is unknown.
+    """
+    rules = missing_rules(denied)
+    if roles is None:
+        return f"add to the rules of a ClusterRole bound to {user}:\n{rules_yaml(rules)}"
+    if roles:
+        return f"add to the rules of ClusterRole {roles[0]} (bound to {user}):\n{rules_yaml(rules)}"
+    _, ns, name = user.rsplit(":", 2)
+    from tfop.tools.rbac import cluster_role, cluster_role_binding
+
+    role = f"{name}-extra"
+    objs = [cluster_role(rules, name=role),
+            cluster_role_binding(namespace=ns, name=role, role=role, service_account_name=name)]
+    return (f"no ClusterRole is bound to {user}; kubectl apply -f this:\n"
+            + yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=None).rstrip("\n"))
+
+
+def describe_denied(denied: Iterable[tuple[str, str, str]]) -> str:
+    """'denied: list, watch podgroups.scheduling.volcano.sh; create pods'."""
+    verbs: dict[str, list[str]] = {}
+    for group, resource, verb in denied:
+        verbs.setdefault(f"{resource}.{group}" if group else resource, []).append(verb)
+    return "denied: " + "; ".join(f"{', '.join(vs)} {res}" for res, vs in verbs.items())
+
+
+# ------------------------------------------------------------------ scheduler
+def expected_scheduler(backend: GangBackend | None, scheduler_name: str | None = None) -> str:
+    if scheduler_name:
+        return scheduler_name
+    if backend is not None and backend.scheduler_name:
+        return backend.scheduler_name
+    return DEFAULT_SCHEDULER
+
+
+def scheduler_names(scheduler_name: str) -> tuple[str, ...]:
+    return (scheduler_name,) + tuple(n for n in KNOWN_NAMES.get(scheduler_name, ())
+                                     if n != scheduler_name)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if isinstance(value, str) and value:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
+
+
+def lease_is_live(lease: Mapping[str, Any], now: dt.datetime) -> bool:
+    """Held and renewed within its duration (plus grace): the holder is running now."""
+    spec = lease.get("spec") or {}
+    renewed = _time(spec.get("renewTime"))
+    if not spec.get("holderIdentity") or renewed is None:
+        return False
+    return now - renewed <= dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 15) + LEASE_GRACE
+
+
+def _pod_matches(pod: Mapping[str, Any], names: tuple[str, ...]) -> bool:
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "")
+    labels = meta.get("labels") or {}
+    return (any(name == n or name.startswith(n + "-") for n in names)
+            or any(labels.get(k) in names for k in POD_NAME_LABELS))
+
+
+def event_time(event: Mapping[str, Any]) -> dt.datetime | None:
+    """When an event (core/v1 view, either API's writer) was last seen."""
+    series = event.get("series") or {}
+    return _time(series.get("lastObservedTime") or event.get("lastTimestamp")
+                 or event.get("eventTime") or event.get("firstTimestamp"))
+
+
+def _reporter(event: Mapping[str, Any]) -> str:
+    return event.get("reportingComponent") or (event.get("source") or {}).get("component") or ""
+
+
+@dataclass(frozen=True)
+class SchedulerEvidence:
+    found: bool
+    detail: str
+    service_account: tuple[str, str] | None = None  # (namespace, name) of the scheduler's pod
+
+
+def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
+                   pods: list[Mapping[str, Any]], now: dt.datetime,
+                   events: list[Mapping[str, Any]] = ()) -> SchedulerEvidence:
+    """Is a scheduler answering to `scheduler_name` running, judging by Leases, pods, events?
+
+    A live leader-election Lease proves a process is running even when it is not
+    a pod (our process-based test cluster, or a control plane outside the
+    cluster); a Running pod also yields the scheduler's ServiceAccount; a recent
+    (Failed)Scheduling event reported under the exact schedulerName covers
+    schedulers whose Lease has another name (leader election off, or
+    kube-scheduler's default resourceName) and that run outside any pod.
+    """
+    names = scheduler_names(scheduler_name)
+    pod = next((p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+                and _pod_matches(p, names)), None)
+    lease = next((le for le in leases if (le.get("metadata") or {}).get("name") in names
+                  and lease_is_live(le, now)), None)
+    sa = None
+    parts = []
+    if pod is not None:
+        meta = pod["metadata"]
+        sa = (meta.get("namespace", "default"),
+              (pod.get("spec") or {}).get("serviceAccountName") or "default")
+        parts.append(f"pod {meta.get('namespace')}/{meta['name']} is Running")
+    if lease is not None:
+        meta = lease["metadata"]
+        parts.append(f"Lease {meta.get('namespace')}/{meta['name']} is held by "
+                     f"{lease['spec']['holderIdentity']}")
+    recent = [e for e in events if _reporter(e) == scheduler_name
+              and e.get("reason") in SCHEDULER_REASONS
+              and (t := event_time(e)) is not None and now - t <= EVENT_WINDOW]
+    if recent:
+        e = max(recent, key=event_time)
+        obj = e.get("involvedObject") or e.get("regarding") or {}
+        parts.append(f"it reported {e['reason']} for pod {obj.get('namespace')}/{obj.get('name')} "
+                     f"{int((now - event_time(e)).total_seconds())}s ago")
+    if parts:
+        return SchedulerEvidence(True, "; ".join(parts), sa)
+    alts = " or ".join(names)
+    return SchedulerEvidence(False, (
+        f"no scheduler answering to schedulerName {scheduler_name!r} found: looked for a "
+        f"Lease named {alts} (any namespace) renewed within its leaseDurationSeconds + "
+        f"{int(LEASE_GRACE.total_seconds())}s, and for a Running pod (any namespace) named "
+        f"{alts} (or <name>-...), or labelled {'/'.join(POD_NAME_LABELS)}={alts}, and for "
+        f"{'/'.join(SCHEDULER_REASONS)} events reported by {scheduler_name!r} in the last "
+        f"{int(EVENT_WINDOW.total_seconds() // 60)} min"))
+
+
+# ------------------------------------------------------------------ report
+def format_report(checks: list[Check]) -> str:
+    marks = {True: "PASS", False: "FAIL", None: "SKIP"}
+    lines = []
+    for c in checks:
+        lines.append(f"[{marks[c.ok]}] {c.title}")
+        if c.detail:
+            lines += [f"       {line}" for line in c.detail.splitlines()]
+        if c.fix and c.ok is False:
+            lines += [f"       {line}" for line in c.fix.splitlines()]
+    failed = sum(1 for c in checks if c.ok is False)
+    lines.append(f"{len(checks) - failed} ok, {failed} failed" if failed else "all checks passed")
+    return "\n".join(lines)
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.ok is False for c in checks) else 0
+
+
+def sa_user(namespace: str, name: str) -> tuple[str, list[str]]:
+    """The user and groups a ServiceAccount's token authenticates as."""
+    return (f"system:serviceaccount:{namespace}:{name}",
+            ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"])
+
+
+# ------------------------------------------------------------------ cluster
+class Cluster:
+    """The few API calls doctor makes, behind one object (so tests can fake it)."""
+
+    def __init__(self, api_client: Any):
+        from kubernetes import client
+
+        self.api = api_client
+        self.ext = client.ApiextensionsV1Api(api_client)
+        self.authz = client.AuthorizationV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.coord = client.CoordinationV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self._client = client
+
+    def _dicts(self, items) -> list[dict]:
+        return [self.api.sanitize_for_serialization(i) for i in items]
+
+    def crd_names(self) -> set[str]:
+        return {c.metadata.name for c in self.ext.list_custom_resource_definition().items}
+
+    def allowed(self, user: str, groups: list[str], group: str, resource: str, verb: str) -> bool:
+        c = self._client
+        res, _, sub = resource.partition("/")
+        review = c.V1SubjectAccessReview(spec=c.V1SubjectAccessReviewSpec(
+            user=user, groups=groups,
+            resource_attributes=c.V1ResourceAttributes(group=group, resource=res,
+                                                       subresource=sub or None, verb=verb)))
+        return bool(self.authz.create_subject_access_review(review).status.allowed)
+
+    def leases(self) -> list[dict]:
+        return self._dicts(self.coord.list_lease_for_all_namespaces().items)
+
+    def running_pods(self) -> list[dict]:
+        return self._dicts(self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase=Running").items)
+
+    def scheduler_events(self) -> list[dict]:
+        out: list[dict] = []
+        for reason in SCHEDULER_REASONS:
+            out += self._dicts(self.core.list_event_for_all_namespaces(
+                field_selector=f"reason={reason}", limit=500).items)
+        return out
+
+    def roles_bound_to(self, namespace: str, name: str) -> list[str]:
+        out = []
+        for b in self.rbac.list_cluster_role_binding().items:
+            for s in b.subjects or []:
+                if s.kind == "ServiceAccount" and s.name == name and s.namespace == namespace:
+                    out.append(b.role_ref.name)
+        return out
+
+    def deployment_args(self, namespace: str, name: str) -> list[str]:
+        from tfop.tools.gang_toggle import Target, container_index
+
+        dep = self.apps.read_namespaced_deployment(name, namespace)
+        idx = container_index(dep, Target(namespace=namespace, deployment=name))
+        return list(dep.spec.template.spec.containers[idx].args or [])
+
+
+def _denied(cluster: Cluster, user: str, groups: list[str],
+            wanted: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    return [p for p in wanted if not cluster.allowed(user, groups, *p)]
+
+
+def _forbidden(err: Exception) -> str:
+    return f"{getattr(err, 'status', '')} {getattr(err, 'reason', err)}".strip()
+
+
+def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "kubeflow",
+               service_account: str = "tfop", scheduler_name: str | None = None,
+               scheduler_service_account: tuple[str, str] | None = None,
+               now: dt.datetime | None = None) -> list[Check]:
+    from tfop.tools.rbac import operator_rules
+
+    now = now or dt.datetime.now(dt.timezone.utc)
+    checks: list[Check] = []
+    crds = cluster.crd_names()
+    wanted = [TFJOB_CRD] + list(backend.crds if backend else ())
+    for crd in wanted:
+        if crd in crds:
+            checks.append(Check(f"CRD {crd} exists", True))
+        elif crd == TFJOB_CRD:
+            checks.append(Check(f"CRD {crd} exists", False, "the TFJob CRD is not installed",
+                                "tfop manifests > tfop.yaml && kubectl apply --server-side -f tfop.yaml"))
+        else:
+            checks.append(Check(f"CRD {crd} exists", False,
+                                f"gang backend {backend.name} needs it; is {backend.name} installed?",
+                                _other_backend_hint(crds)))
+
+    user, groups = sa_user(namespace, service_account)
+    denied = _denied(cluster, user, groups, permissions(operator_rules(backend)))
+    try:
+        roles = cluster.roles_bound_to(namespace, service_account)
+    except Exception:  # doctor's own user may not list bindings; the fix text still works
+        roles = None
+    title = f"ServiceAccount {namespace}/{service_account} has every permission the operator uses"
+    if denied:
+        checks.append(Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles)))
+    else:
+        checks.append(Check(title, True))
+
+    sched = expected_scheduler(backend, scheduler_name)
+    try:
+        try:
+            events = cluster.scheduler_events()
+        except Exception:  # the weakest evidence; Leases and pods still decide
+            events = []
+        evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now, events)
+        checks.append(Check(f"scheduler {sched!r} is running", evidence.found, evidence.detail,
+                            "" if evidence.found else
+                            f"start the scheduler, or point pods at a running one with --scheduler-name"))
+    except Exception as err:  # e.g. doctor's user may not list leases or pods
+        evidence = SchedulerEvidence(False, "")
+        checks.append(Check(f"scheduler {sched!r} is running", None,
+                            f"could not list Leases/pods: {_forbidden(err)}"))
+
+    group = backend.group_resource if backend else None
+    sa = scheduler_service_account or evidence.service_account
+    title = "scheduler's ServiceAccount may list the gang's group objects"
+    if group is None:
+        pass  # label/annotation backends: the scheduler reads only pods
+    elif sa is None:
+        checks.append(Check(title, None, "scheduler's ServiceAccount unknown (no scheduler pod "
+                                         "found); pass --scheduler-service-account NS:NAME"))
+    else:
+        s_user, s_groups = sa_user(*sa)
+        wanted_perms = [(group.group, group.plural, v) for v in SCHEDULER_VERBS]
+        s_denied = _denied(cluster, s_user, s_groups, wanted_perms)
+        try:
+            s_roles = cluster.roles_bound_to(*sa)
+        except Exception:
+            s_roles = None
+        title = f"ServiceAccount {sa[0]}/{sa[1]} (the scheduler's) may list {group.plural}.{group.group or 'core'}"
+        checks.append(Check(title, not s_denied,
+                            describe_denied(s_denied) if s_denied else "",
+                            rbac_fix(s_denied, s_user, s_roles) if s_denied else ""))
+    return checks
+
+
+def _other_backend_hint(crds: set[str]) -> str:
+    from tfop.gang import registry
+
+    try:
+        name, _ = registry.detect_backend(crds)
+    except ValueError:
+        return "install the scheduler (its release ships the CRD)"
+    return (f"install the scheduler (its release ships the CRD), or use the one installed: "
+            f"tfop gang enable --gang-scheduler-name {name}")
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def resolve(cluster: Cluster, gang_scheduler_name: str | None, scheduler_name: str | None,
+            namespace: str, deployment: str) -> tuple[GangBackend | None, str | None, str]:
+    """(backend, scheduler name override, why): from the flags, else from the running operator's args.
+
+    ValueError when the name selects no backend (e.g. `auto` with no scheduler CRD installed).
+    """
+    from tfop.tools.gang_toggle import gang_state
+    from tfop.tools.manifests import resolve_backend
+
+    why = f"--gang-scheduler-name {gang_scheduler_name}"
+    if gang_scheduler_name is None:
+        try:
+            args = cluster.deployment_args(namespace, deployment)
+        except Exception as err:
+            return None, scheduler_name, (
+                f"Deployment {namespace}/{deployment} unreadable ({_forbidden(err)}); checking "
+                "without gang scheduling (pass --gang-scheduler-name)")
+        enabled, name = gang_state(args)
+        scheduler_name = scheduler_name or _flag(args, "--scheduler-name")
+        if not enabled:
+            return None, scheduler_name, f"Deployment {namespace}/{deployment} runs without gang scheduling"
+        gang_scheduler_name = name or ""
+        why = f"Deployment {namespace}/{deployment} args"
+    installed = cluster.crd_names() if gang_scheduler_name == "auto" else None
+    backend = resolve_backend(gang_scheduler_name, scheduler_name, installed_crds=installed)
+    return backend, scheduler_name, f"{why}: gang backend {backend.name}"

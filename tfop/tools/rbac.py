@@ -1,0 +1,186 @@
+"""The operator's RBAC: one source of truth for the rules, and the rbac/ files made from it.
+
+Every rule names exact groups, resources and verbs; nothing here may ever be
+`*` (the seeds' "grant * on *" advice is what this replaces). `python -m
+tfop.tools.rbac [DIR]` rewrites rbac/; tests/test_rbac.py fails when the files on
+disk differ from what this module generates, so the two cannot drift.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from tfop.gang.base import GangBackend
+from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE
+
+NAME = DEFAULT_DEPLOYMENT  # ServiceAccount, ClusterRole and ClusterRoleBinding share it
+RBAC_API = "rbac.authorization.k8s.io"
+LABELS = {"app.kubernetes.io/name": "tfop", "app.kubernetes.io/part-of": "tfop"}
+
+# What the operator itself calls, resource by resource (why in the comments).
+BASE_RULES: tuple[dict, ...] = (
+    # Reconcile; delete is for ttlSecondsAfterFinished; update/patch for kopf's
+    # finalizer and progress annotations.
+    {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"],
+     "verbs": ["delete", "get", "list", "patch", "update", "watch"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs/status"],
+     "verbs": ["get", "patch", "update"]},
+    # Children: created from the job, deleted by cleanPodPolicy and restarts.
+    {"apiGroups": [""], "resources": ["pods", "services"],
+     "verbs": ["create", "delete", "get", "list", "watch"]},
+    # kopf posts core v1 events; the operator's own events may use events.k8s.io.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # PriorityClass values order replica types for minResources.
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
+     "verbs": ["get", "list", "watch"]},
+    # get/list: `--gang-scheduler-name auto` detection. watch: kopf watches
+    # CRDs to notice the TFJob CRD changing; without it kopf logs a warning
+    # and only rescans on restart.
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "verbs": ["get", "list", "watch"]},
+)
+# No coordination.k8s.io leases: one replica, Recreate strategy, no kopf peering.
+
+
+def canonical_rule(rule: Mapping[str, Any]) -> dict:
+    """A rule as plain lists with sorted verbs, so equal rules compare equal."""
+    out: dict[str, Any] = {
+        "apiGroups": list(rule.get("apiGroups", [])),
+        "resources": list(rule.get("resources", [])),
+        "verbs": sorted(rule.get("verbs", [])),
+    }
+    if rule.get("resourceNames"):
+        out["resourceNames"] = list(rule["resourceNames"])
+    return out
+
+
+def operator_rules(backend: GangBackend | None = None) -> list[dict]:
+    """Every rule the operator needs: the base set plus the gang backend's own (if any)."""
+    rules = [canonical_rule(r) for r in BASE_RULES]
+    for rule in backend.rbac_rules if backend is not None else ():
+        rule = canonical_rule(rule)
+        if rule not in rules:
+            rules.append(rule)
+    return rules
+
+
+def permissions(rules: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(group, resource, verb) triples a list of rules grants, in rule order, no duplicates."""
+    seen: dict[tuple[str, str, str], None] = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in sorted(rule.get("verbs", [])):
+                    seen[(group, resource, verb)] = None
+    return list(seen)
+
+
+def has_wildcard(rules: Iterable[Mapping[str, Any]]) -> bool:
+    return any("*" in rule.get(key, []) for rule in rules
+               for key in ("apiGroups", "resources", "verbs"))
+
+
+# ------------------------------------------------------------------ objects
+def _meta(name: str, namespace: str | None = None) -> dict:
+    meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def service_account(namespace: str = DEFAULT_NAMESPACE, name: str = NAME) -> dict:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)}
+
+
+def cluster_role(rules: list[dict], name: str = NAME) -> dict:
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRole",
+            "metadata": _meta(name), "rules": rules}
+
+
+def cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = NAME,
+                         role: str = NAME, service_account_name: str = NAME) -> dict:
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRoleBinding",
+            "metadata": _meta(name),
+            "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account_name,
+                          "namespace": namespace}]}
+
+
+# ------------------------------------------------------------ rbac/ files
+def _backends() -> list[GangBackend]:
+    from tfop.gang import registry  # late: the registry imports every backend
+
+    out = []
+    for name in registry.backend_names():
+        try:
+            backend, _ = registry.load_backend(name)
+        except ValueError:
+            continue  # a broken third-party plugin must not break rbac/ generation
+        if backend.name not in {b.name for b in out}:
+            out.append(backend)
+    return out
+
+
+def rbac_files(backends: Iterable[GangBackend] | None = None) -> dict[str, list[dict]]:
+    """File name -> objects, for rbac/.
+
+    Each gang backend gets its own ClusterRole *and* ClusterRoleBinding
+    rather than an aggregationRule: aggregation needs kube-controller-manager's
+    aggregation controller, which also rewrites the aggregated role's `rules`
+    and so would undo `tfop gang enable`. Separate bindings work on any
+    cluster and `kubectl delete -f rbac/gang-X.yaml` revokes exactly them.
+    """
+    files: dict[str, list[dict]] = {
+        "serviceaccount.yaml": [service_account()],
+        "clusterrole.yaml": [cluster_role(operator_rules(None))],
+        "clusterrolebinding.yaml": [cluster_role_binding()],
+    }
+    for backend in _backends() if backends is None else backends:
+        extra = [r for r in operator_rules(backend) if r not in operator_rules(None)]
+        if not extra:
+            continue  # label-only backends need nothing beyond the base role
+        name = f"{NAME}-gang-{backend.name}"
+        files[f"gang-{backend.name}.yaml"] = [
+            cluster_role(extra, name=name),
+            cluster_role_binding(name=name, role=name),
+        ]
+    return files
+
+
+KUSTOMIZATION = {
+    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+    "kind": "Kustomization",
+    # The kubeflow namespace is not listed: it is usually shared with other
+    # Kubeflow components, and `kubectl delete -k rbac/` must not remove it.
+    "resources": ["serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"],
+}
+
+HEADER = ("# Generated by `python -m tfop.tools.rbac` from tfop/rbac.py; do not edit by hand.\n"
+          "# Base: kubectl apply -k rbac/   Gang backend X: kubectl apply -f rbac/gang-X.yaml\n")
+
+
+def render_files(backends: Iterable[GangBackend] | None = None) -> dict[str, str]:
+    out = {name: HEADER + yaml.safe_dump_all(objs, sort_keys=False)
+           for name, objs in rbac_files(backends).items()}
+    out["kustomization.yaml"] = HEADER + yaml.safe_dump(KUSTOMIZATION, sort_keys=False)
+    return out
+
+
+def write_files(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_files().items():
+        path = directory / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "rbac"
+    for p in write_files(target):
+        print(p)
