@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfop.api.model import LABEL_JOB
+from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, Credentials, KubeClient
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}

@@ -10,20 +10,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfop.api.model import (
+from tfop.api.constants import (
     CHIEF_TYPES,
     CLEAN_POD_POLICIES,
     DEFAULT_CONTAINER,
     GROUP,
+    LAST_APPLIED,
     REPLICA_TYPES,
     RESTART_POLICIES,
     SERVED_VERSIONS,
     SUCCESS_POLICIES,
-    ReplicaSpec,
-    RunPolicy,
-    SchedulingPolicy,
-    TFJob,
 )
+from tfop.api.model import ReplicaSpec, RunPolicy, SchedulingPolicy, TFJob
 from tfop.api.quantity import parse_quantity
 from tfop.api.validation import Problem
 
@@ -36,7 +34,7 @@ RUN_POLICY_FIELDS = {
 }
 # The cleanPodPolicy each version defaulted to upstream (None since v1.6 for v1).
 DEFAULT_CLEAN_POD_POLICY = {"v1": "None", "v1beta1": "Running", "v1alpha2": "Running"}
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tfop.api.model import DEFAULT_CONTAINER
+from tfop.api.constants import DEFAULT_CONTAINER
 
 Pod = Mapping[str, Any]
 

@@ -9,7 +9,7 @@ import jinja2
 import yaml
 
 from tfop.gang.base import PodMarkings
-from tfop.api.model import (
+from tfop.api.constants import (
     CHIEF_TYPES,
     DEFAULT_CONTAINER,
     DEFAULT_PORT,
@@ -22,10 +22,8 @@ from tfop.api.model import (
     LEGACY_GROUP_LABEL,
     LEGACY_LABELS,
     OPERATOR_NAME,
-    ReplicaSpec,
-    TFJob,
-    pod_name,
 )
+from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.build.resources import resource_path
 from tfop.build.tfconfig import tf_config
 

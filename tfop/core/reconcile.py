@@ -10,24 +10,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from tfop.api import pods as P
 from tfop.api import conditions as S
-from tfop.build.children import PodOptions, Templates, build_pod, build_service, job_selector
-from tfop.gang.base import GangBackend, GangShape, GangState
-from tfop.api.model import (
+from tfop.api import pods as P
+from tfop.api.constants import (
     ANNOTATION_GANG_GENERATION,
     ANNOTATION_GANG_RESTART,
     ANNOTATION_GANG_RETRY,
     ANNOTATION_ON_SCHEDULE_TIMEOUT,
     LABEL_INDEX,
     LABEL_TYPE,
-    ReplicaSpec,
-    TFJob,
-    pod_name,
 )
-from tfop.core.plan import POD, SERVICE, Event, Plan, Ref
+from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.api.validation import Problem
+from tfop.build.children import PodOptions, Templates, build_pod, build_service, job_selector
+from tfop.core.plan import POD, SERVICE, Event, Plan, Ref
 from tfop.core.settings import Settings
+from tfop.gang.base import GangBackend, GangShape, GangState
 
 # Exit codes >= 128 are signals (OOM kill 137, SIGTERM 143, Ctrl-C 130): worth a retry.
 RETRYABLE_EXIT_CODE = 128

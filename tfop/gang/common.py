@@ -4,11 +4,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping
 
+from tfop.api.constants import LABEL_JOB, LABEL_OPERATOR, LAST_APPLIED, OPERATOR_NAME
+from tfop.api.model import TFJob
 from tfop.gang.base import GangShape, GangState, GroupResource
-from tfop.api.model import LABEL_JOB, LABEL_OPERATOR, OPERATOR_NAME, TFJob
-
-# kubectl's copy of the whole TFJob: large, and meaningless on another object.
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 # Exactly what the operator does with a group object: create it, read and watch
 # it (its phase gates pod creation), patch it when the job is edited, delete it

@@ -9,10 +9,11 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Mapping
 
-from tfop.gang.base import GangShape
+from tfop.api.constants import REPLICA_TYPES
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.api.quantity import add_resources, format_quantity, format_resources, parse_quantity
-from tfop.api.model import REPLICA_TYPES, ReplicaSpec, TFJob
 from tfop.api.validation import Problem
+from tfop.gang.base import GangShape
 
 POLICY_FIELD = "spec.runPolicy.schedulingPolicy"
 # Problems the user can fix while the job waits (the reconciler reports them and

@@ -12,10 +12,12 @@ import json
 from sys import intern
 from typing import Any, Mapping
 
+from tfop.api.constants import LAST_APPLIED
+
 KEEP_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
              "ownerReferences", "creationTimestamp")
 KEEP_CONDITION = ("type", "status", "reason", "message")
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
 
 
 def _strings(mapping: Mapping[str, Any] | None) -> dict:

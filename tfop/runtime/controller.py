@@ -9,17 +9,17 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from tfop.api import conditions as S
-from tfop.build.children import Templates
-from tfop.gang.base import GangBackend
-from tfop.api.model import GROUP, LABEL_OPERATOR, LABEL_TYPE, OPERATOR_NAME, PLURAL, STORAGE_VERSION
+from tfop.api.constants import GROUP, LABEL_OPERATOR, LABEL_TYPE, OPERATOR_NAME, PLURAL, STORAGE_VERSION
 from tfop.api.normalize import canonical_type, normalize
-from tfop.runtime.holding import hold_limits
-from tfop.runtime.informer import Informer, JobKey, newer
-from tfop.kube.client import ApiError, KubeClient
-from tfop.kube.trim import trim_job
+from tfop.build.children import Templates
 from tfop.core.plan import Event, Plan, Ref
 from tfop.core.reconcile import Context, Observed, reconcile
 from tfop.core.settings import Settings
+from tfop.gang.base import GangBackend
+from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.trim import trim_job
+from tfop.runtime.holding import hold_limits
+from tfop.runtime.informer import Informer, JobKey, newer
 
 log = logging.getLogger("tfop.controller")
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from tfop.api.model import LABEL_JOB
+from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import trim_child
 

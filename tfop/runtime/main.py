@@ -5,6 +5,12 @@ import asyncio
 import logging
 import sys
 
+from tfop.api.constants import GROUP, PLURAL, STORAGE_VERSION
+from tfop.core.settings import Settings
+from tfop.gang.base import GangBackend
+from tfop.kube.client import Credentials, KubeClient
+from tfop.runtime.controller import Controller
+
 
 def _import_kopf():
     """kopf imports the official kubernetes client, when installed, only to accept its model
@@ -22,11 +28,6 @@ def _import_kopf():
 
 kopf = _import_kopf()
 
-from tfop.gang.base import GangBackend
-from tfop.api.model import GROUP, PLURAL, STORAGE_VERSION
-from tfop.runtime.controller import Controller
-from tfop.kube.client import Credentials, KubeClient
-from tfop.core.settings import Settings
 
 log = logging.getLogger("tfop")
 

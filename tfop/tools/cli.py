@@ -108,9 +108,8 @@ def _context(enable, gang_name, scheduler_name):
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, output) -> None:
     """Print every object the operator creates for the jobs, without a cluster."""
-    from tfop.tools.offline import render_job, with_namespace
-
     from tfop.api.normalize import normalize
+    from tfop.tools.offline import render_job, with_namespace
 
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     objects, bad = [], 0

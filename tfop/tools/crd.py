@@ -14,9 +14,9 @@ import re
 import jsonschema
 import yaml
 
-from tfop.tools import crdgen
 from tfop.api.validation import Problem
 from tfop.build.resources import resource_path
+from tfop.tools import crdgen
 
 CRD_FILE = f"{crdgen.GROUP}_{crdgen.PLURAL}.yaml"
 

@@ -11,10 +11,10 @@ from typing import Any
 import jinja2
 import yaml
 
-from tfop.tools import rbac
-from tfop.gang.base import GangBackend
 from tfop.build.resources import resource_path
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
+from tfop.gang.base import GangBackend
+from tfop.tools import rbac
 
 # `kubectl apply -f` creates objects in file order; each kind needs the ones before it.
 KIND_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount",

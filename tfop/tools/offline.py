@@ -4,9 +4,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from tfop.build.children import Templates
 from tfop.api.normalize import is_tfjob, normalize
 from tfop.api.validation import Problem
+from tfop.build.children import Templates
 from tfop.core.reconcile import Context, Observed, reconcile
 
 

@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from tfop.gang.base import GangBackend
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE
+from tfop.gang.base import GangBackend
 
 NAME = DEFAULT_DEPLOYMENT  # ServiceAccount, ClusterRole and ClusterRoleBinding share it
 RBAC_API = "rbac.authorization.k8s.io"

@@ -1,9 +1,9 @@
 """Coscheduling, label form (ACK; scheduler-plugins up to v0.18): two pod labels, no object."""
 from __future__ import annotations
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, PodMarkings
 from tfop.gang.common import with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"

@@ -5,9 +5,9 @@ releases all its reservations, which is what an all-or-nothing job wants.
 """
 from __future__ import annotations
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, PodMarkings
 from tfop.gang.common import with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 PREFIX = "gang.scheduling.koordinator.sh/"
 NAME = PREFIX + "name"

@@ -5,9 +5,9 @@ which schedules fine but is no gang.
 """
 from __future__ import annotations
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
 from tfop.gang.common import base_object, condition, group_rules, phase_of, with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 PODGROUP = GroupResource("scheduling.incubator.k8s.io", "v1alpha1", "podgroups", "PodGroup")
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"

@@ -5,9 +5,10 @@ gang size from the PDB that selects them, so pods need no markings.
 """
 from __future__ import annotations
 
+from tfop.api.constants import LABEL_JOB
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GroupResource, PodMarkings
 from tfop.gang.common import base_object, group_rules, with_pods
-from tfop.api.model import LABEL_JOB, ReplicaSpec, TFJob
 
 PDB = GroupResource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 

@@ -5,9 +5,9 @@ minMember siblings fit, and its controller reports progress in the status.
 """
 from __future__ import annotations
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
 from tfop.gang.common import base_object, group_rules, phase_of, with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 PODGROUP = GroupResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"

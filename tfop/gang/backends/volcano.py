@@ -13,9 +13,9 @@ the lower-case replica type ("worker"), as the upstream operator writes it.
 """
 from __future__ import annotations
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
 from tfop.gang.common import base_object, condition, group_rules, phase_of, with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 PODGROUP = GroupResource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"

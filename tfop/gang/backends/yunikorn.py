@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 
+from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, PodMarkings
 from tfop.gang.common import with_pods
-from tfop.api.model import ReplicaSpec, TFJob
 
 APP_ID_LABEL = "applicationId"
 QUEUE_LABEL = "queue"

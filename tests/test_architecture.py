@@ -1,0 +1,82 @@
+"""The layering contract: api <- gang <- build <- core <- runtime and tools; kube beside them.
+
+Each layer imports only the layers listed for it, so the pure core never reaches
+the API client and no layer imports one above it. Checked from the source text,
+so a new upward import fails here before anyone runs it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tfop"
+# layer -> the layers its modules may import (besides itself)
+ALLOWED = {
+    "api": set(),
+    "gang": {"api"},
+    "build": {"api", "gang"},
+    "core": {"api", "gang", "build"},
+    "kube": {"api"},
+    "runtime": {"api", "gang", "build", "core", "kube"},
+    "tools": {"api", "gang", "build", "core", "kube", "runtime"},
+}
+TOP_LEVEL_FILES = {"__init__.py", "__main__.py"}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "tfop" else None
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from tfop import core` names the layer in the alias, `from tfop.core import x` in the module
+            found.update(f"tfop.{a.name}" for a in node.names) if node.module == "tfop" else found.add(node.module)
+    return found
+
+
+def upward_imports(package: Path = PACKAGE) -> list[str]:
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        if len(relative.parts) == 1:
+            continue
+        layer = relative.parts[0]
+        for module in sorted(imported_modules(path)):
+            target = layer_of(module)
+            if target is None or target == layer or target not in ALLOWED:
+                continue
+            if target not in ALLOWED[layer]:
+                wrong.append(f"tfop/{relative}: imports {module} ({layer} may import {sorted(ALLOWED[layer])})")
+    return wrong
+
+
+def test_no_layer_imports_upward():
+    assert upward_imports() == []
+
+
+def test_every_layer_is_a_known_package():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    files = {p.name for p in PACKAGE.iterdir() if p.is_file() and p.suffix == ".py"}
+    assert folders == set(ALLOWED)
+    assert files <= TOP_LEVEL_FILES
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "bad.py").write_text("from tfop.runtime.controller import Controller\n")
+    assert upward_imports(tmp_path) == [
+        "tfop/core/bad.py: imports tfop.runtime.controller (core may import ['api', 'build', 'gang'])"]
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_has_a_docstring(layer):
+    init = PACKAGE / layer / "__init__.py"
+    assert ast.get_docstring(ast.parse(init.read_text())), f"tfop/{layer}/__init__.py should say what the layer is"
