@@ -197,7 +197,7 @@ class _Reconcile:
         from tfop.gang.shape import compute_shape, shape_problems
 
         problems = shape_problems(self.job, self.obs.priority_values)
-        blocking = [p for p in problems if not p.message.startswith("warning:")]
+        blocking = [p for p in problems if p.blocking and not p.message.startswith("warning:")]
         if blocking:
             self.fail("the gang cannot be formed: " + "; ".join(str(p) for p in blocking), reason="InvalidGang")
             return None
