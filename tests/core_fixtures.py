@@ -10,10 +10,13 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 
 from tfop.api import conditions as S
-from tfop.build.children import PodOptions, Templates, build_pod, build_service
+from tfop.build.pod import PodOptions, build_pod
+from tfop.build.service import build_service
+from tfop.build.templates import Templates
 from tfop.api.model import TFJob, pod_name
 from tfop.api.normalize import normalize
-from tfop.core.reconcile import Context, Observed, reconcile
+from tfop.core.context import Context, Observed
+from tfop.core.reconcile import reconcile
 from tfop.core.settings import Settings
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -8,10 +8,10 @@ from core_fixtures import (
     pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
 from tfop.api import conditions as S
-from tfop.build.children import PodOptions
+from tfop.build.pod import PodOptions
 from tfop.gang.registry import load_backend
 from tfop.core.plan import Event
-from tfop.core.reconcile import Observed
+from tfop.core.context import Observed
 
 BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator"]
 GROUP = {

@@ -9,7 +9,7 @@ from core_fixtures import (
 from tfop.api import conditions as S
 from tfop.api.normalize import normalize
 from tfop.core.plan import Event
-from tfop.core.reconcile import Observed
+from tfop.core.context import Observed
 
 
 def _pods_svcs(*names_):

@@ -15,7 +15,8 @@ import yaml
 
 from e2e.tests.lifecycle_helpers import tfjob
 from e2e.tfop_operator import deploy_manifests
-from tfop.runtime.controller import TFJOB_API, Controller
+from tfop.runtime.controller import Controller
+from tfop.runtime.status_writer import TFJOB_API
 from tfop.kube.client import Credentials, KubeClient
 from tfop.core.settings import Settings
 
@@ -31,9 +32,7 @@ async def flush(kubeconfig: str, namespace: str, names: list[str]) -> int:
         controller = Controller(Settings(namespaces=(namespace,)), client, None)
         for name in names:
             controller.job_event("ADDED", await client.get(TFJOB_API, "tfjobs", namespace, name))
-            controller.unwritten[(namespace, name)] = HELD
-            controller.unwritten_times[(namespace, name)] = (0.0, 0.0)
-        controller.unwritten[(namespace, "deleted-meanwhile")] = HELD  # its job is gone: skipped
+            controller.jobs[(namespace, name)].hold(HELD, 0.0)
         return await controller.flush_statuses(timeout=10)
 
 

@@ -81,3 +81,12 @@ def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str,
                   if any(c is o for o in ongoing) else c for c in result]
     result.append(new)
     return result
+
+# status.gang.reason values tfop itself writes (backends add their scheduler's own, e.g. Unschedulable).
+GANG_NOT_ADMITTED = "NotAdmitted"  # the scheduler has not admitted the group yet
+GANG_PENDING = "Pending"  # admitted, members not all running yet
+GANG_GROUP_PENDING = "PodGroupPending"  # Volcano: the PodGroup waits in its queue
+GANG_UNSCHEDULABLE = "Unschedulable"  # the scheduler says why it cannot place the gang
+GANG_GROUP_REFUSED = "GroupRefused"  # the apiserver refused the group object
+# A gang on its ordinary way to start: nothing the user can act on (see tfop/runtime/holding.py).
+STARTING_GANG_REASONS = frozenset({GANG_NOT_ADMITTED, GANG_GROUP_PENDING, GANG_PENDING})

@@ -40,6 +40,9 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
+    # Learned from a refusal: an admission webhook refuses pods of groups not admitted yet, so from
+    # now on every gang's pods wait for admission (Context.pods_before_admission turns False).
+    pods_wait_for_admission: bool = False
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

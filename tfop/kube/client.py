@@ -24,9 +24,10 @@ log = logging.getLogger("tfop.kube")
 class ApiError(Exception):
     def __init__(self, status: int, body: Any, method: str, path: str):
         self.status, self.body = status, body
+        self.request = f"{method} {path}"
         # The apiserver's own words (a Status object's message), without the request line.
         self.message = str(body.get("message", "") if isinstance(body, dict) else str(body)[:300])
-        super().__init__(f"{method} {path}: {status} {self.message}")
+        super().__init__(f"{self.request}: {status} {self.message}")
 
 
 @dataclass(frozen=True)

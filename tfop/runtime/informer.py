@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable, Mapping
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import trim_child
+from tfop.runtime.jobs import JobKey
 
 log = logging.getLogger("tfop.informer")
-JobKey = tuple[str, str]  # (namespace, job name)
 
 
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
@@ -43,16 +43,16 @@ class Informer:
     def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
                  namespaces: Iterable[str | None], label_selector: str | None,
                  on_change: Callable[[JobKey], None], keep_spec: bool = False,
-                 key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key):
+                 key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
+                 on_gone: Callable[[JobKey, str], None] | None = None):
         self.client, self.api_version, self.plural, self.kind = client, api_version, plural, kind
         self.namespaces = list(namespaces)
         self.label_selector, self.on_change, self.keep_spec, self.key_of = label_selector, on_change, keep_spec, key_of
+        self.on_gone = on_gone  # told of each object a watch DELETED event removes
         self.objects: dict[tuple[str, str], dict] = {}
         self.by_job: dict[JobKey, set[tuple[str, str]]] = {}
         # Deleted names and their last resourceVersion: a late API response must not resurrect them.
         self.tombstones: dict[tuple[str, str], dict] = {}
-        # Names removed by a watch DELETED event, per job, until the next reconcile takes them.
-        self.vanished: dict[JobKey, set[str]] = {}
         self.synced = asyncio.Event()
         self._pending_syncs = len(self.namespaces)
 
@@ -80,17 +80,14 @@ class Informer:
             self.by_job.setdefault(key, set()).add(name)
             self.on_change(key)
 
-    def take_vanished(self, key: JobKey) -> set[str]:
-        return self.vanished.pop(key, set())
-
     def remove(self, obj: Mapping[str, Any], seen_by_watch: bool = False) -> None:
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         known = self.objects.pop(name, None)
         self.tombstones[name] = {"metadata": {"resourceVersion": meta.get("resourceVersion", "")}}
         key = self.key_of(known or obj)
-        if key and seen_by_watch:
-            self.vanished.setdefault(key, set()).add(meta["name"])
+        if key and seen_by_watch and self.on_gone is not None:
+            self.on_gone(key, meta["name"])
         if key:
             names = self.by_job.get(key)
             if names is not None:

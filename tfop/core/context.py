@@ -1,0 +1,30 @@
+"""The inputs of a pass besides the job: what was observed, and the operator's fixed context."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from tfop.build.templates import Templates
+from tfop.core.settings import Settings
+from tfop.gang.base import GangBackend
+
+
+@dataclass(frozen=True)
+class Observed:
+    pods: Sequence[Mapping[str, Any]] = ()
+    services: Sequence[Mapping[str, Any]] = ()
+    group: Mapping[str, Any] | None = None
+    priority_values: Mapping[str, int] = field(default_factory=dict)
+    # Pods seen deleted by someone else (not the operator) since the last reconcile.
+    vanished: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: Settings
+    templates: Templates
+    backend: GangBackend | None = None  # None: gang scheduling is off
+    # Create pods while the group still waits for admission (no webhook refuses them): the scheduler
+    # then admits and binds the gang in one cycle instead of two. Settled from
+    # Settings.pods_before_admission (a mode) by the runtime's probe at start.
+    pods_before_admission: bool = False

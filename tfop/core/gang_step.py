@@ -1,0 +1,119 @@
+"""The gang: its group object, why it waits (status.gang), scheduleTimeoutSeconds, nudging the scheduler."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tfop.api import conditions, pods
+from tfop.api.conditions import GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE
+from tfop.api.constants import ANNOTATION_GANG_RETRY, ANNOTATION_ON_SCHEDULE_TIMEOUT
+from tfop.core.context import Context
+from tfop.core.draft import Draft
+from tfop.core.plan import Ref
+from tfop.gang.base import GangBackend, GangShape, GangState
+from tfop.gang.shape import compute_shape, shape_problems
+
+NO_GANG = (None, GangState(admitted=True))
+
+
+def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] | None:
+    """(shape, the scheduler's verdict), or None when the gang itself failed the job."""
+    backend, view = ctx.backend, draft.view
+    if backend is None:
+        return NO_GANG
+    problems = shape_problems(view.job, view.obs.priority_values)
+    blocking = [p for p in problems if p.blocking and not p.message.startswith("warning: ")]  # TRANSITIONAL
+    if blocking:
+        draft.fail("the gang cannot be formed: " + "; ".join(str(p) for p in blocking), reason="InvalidGang")
+        return None
+    warnings = [p for p in problems if p not in blocking]
+    if warnings and not conditions.find(list(view.job.status.get("conditions") or []), conditions.CREATED):
+        draft.event("Warning", "GangSpecWarning", "; ".join(str(p) for p in warnings))  # once, on the first pass
+    shape = compute_shape(view.job, view.obs.priority_values)
+    _ensure_group(draft, backend, shape)
+    state = backend.state(view.obs.group, list(view.obs.pods))
+    if not _record_wait(draft, backend, shape, state):
+        return None
+    return shape, state
+
+
+def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
+    desired = backend.group_object(draft.view.job, shape)
+    observed = draft.view.obs.group
+    if desired is None:
+        return
+    if observed is None:
+        draft.plan.create_group = desired
+        return
+    change = backend.group_changes(observed, desired)
+    if change:
+        draft.plan.patch.append((Ref.of(observed, backend.group_resource.plural), change))
+
+
+def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> dict:
+    """status.gang: the backend and group, and while members are missing the scheduler's reason."""
+    view = draft.view
+    running = sum(pods.phase(p) in ("Running", "Succeeded") for p in view.members)
+    gang: dict[str, Any] = {"backend": backend.name, "group": shape.group_name}
+    if state.phase:
+        gang["phase"] = state.phase
+    if running >= shape.min_member:
+        return gang
+    previous = draft.status.get("gang") or {}
+    gang["reason"] = state.reason or (GANG_PENDING if state.admitted else GANG_NOT_ADMITTED)
+    gang["message"] = state.message or f"{running}/{shape.min_member} gang members running"
+    same = all(previous.get(k) == gang.get(k) for k in ("reason", "phase"))
+    if not state.explained and same and previous.get("message"):
+        gang["message"] = previous["message"]  # the scheduler's reason, not the echo after it
+    gang["since"] = previous.get("since") or conditions.timestamp_ceil(view.now)
+    return gang
+
+
+def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> bool:
+    """Write status.gang; enforce scheduleTimeoutSeconds. False when the job failed."""
+    gang = wait_status(draft, backend, shape, state)
+    draft.status["gang"] = gang
+    waiting = "reason" in gang
+    if waiting and gang["reason"] == GANG_UNSCHEDULABLE:
+        _touch_group(draft, backend, gang["since"])
+    timeout = shape.schedule_timeout_seconds
+    waited = draft.view.elapsed_since(gang.get("since"))
+    if not waiting or not timeout or waited is None:
+        return True
+    if waited < timeout:
+        draft.plan.requeue(timeout - waited)
+        return True
+    return _timed_out(draft, gang, timeout)
+
+
+def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
+    view = draft.view
+    why = f"the gang was not scheduled within scheduleTimeoutSeconds={timeout}: {gang['message']}"
+    if view.job.annotations.get(ANNOTATION_ON_SCHEDULE_TIMEOUT, "Fail").lower() == "requeue":
+        draft.delete_pods(lambda pod: not pods.terminating(pod))
+        gang["since"] = conditions.timestamp_ceil(view.now)
+        draft.event("Warning", "GangRequeued", why + "; its pods are recreated to queue again.")
+        draft.plan.requeue(timeout)
+        return True
+    draft.fail(f"TFJob {view.id} failed: {why}", reason="GangScheduleTimeout")
+    draft.delete_pods(pods.is_active)
+    return False
+
+
+def _touch_group(draft: Draft, backend: GangBackend, since: str) -> None:
+    """Annotate the group of an unschedulable gang every retry_touch_seconds, for
+    schedulers that look at a rejected gang again only when its group changes."""
+    group: Mapping[str, Any] | None = draft.view.obs.group
+    every = backend.retry_touch_seconds
+    if not every or group is None or group["metadata"].get("deletionTimestamp"):
+        return
+    last = (group["metadata"].get("annotations") or {}).get(ANNOTATION_GANG_RETRY)
+    try:
+        waited = draft.view.elapsed_since(last or since)
+    except ValueError:  # someone wrote a malformed stamp: touch again
+        waited = None
+    if waited is not None and waited < every:
+        draft.plan.requeue(every - waited)
+        return
+    stamp = {"metadata": {"annotations": {ANNOTATION_GANG_RETRY: conditions.timestamp(draft.view.now)}}}
+    draft.plan.patch.append((Ref.of(group, backend.group_resource.plural), stamp))
+    draft.plan.requeue(every)

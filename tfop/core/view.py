@@ -1,0 +1,98 @@
+"""What one pass knows about a job, computed once and read by every phase."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from tfop.api import conditions, pods
+from tfop.api.constants import LABEL_TYPE
+from tfop.api.model import ReplicaSpec, TFJob, pod_name
+from tfop.core.context import Observed
+
+KUBELET_RESTARTS = ("Always", "OnFailure")  # restart policies the kubelet carries out in place
+PHASE_COUNTERS = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: TFJob
+    obs: Observed
+    now: datetime
+    id: str  # namespace/name, for messages
+    pods: Mapping[str, Mapping[str, Any]]  # by name, terminating ones included
+    services: Mapping[str, Mapping[str, Any]]
+    members: tuple[Mapping[str, Any], ...]  # pods not being deleted
+    expected: tuple[tuple[ReplicaSpec, int], ...]  # (replica, index) of every pod the spec asks for
+    counts: Mapping[str, Mapping[str, int]]  # replica type -> active/succeeded/failed
+    succeeded: bool  # as the chief, else the workers, tell
+    running: bool
+    kubelet_restarts: int  # container restarts the kubelet made, counted against backoffLimit
+
+    @classmethod
+    def of(cls, job: TFJob, obs: Observed, now: datetime) -> "JobView":
+        by_name = {pods.name(p): p for p in obs.pods}
+        members = tuple(p for p in obs.pods if not pods.terminating(p))
+        counts = _counts(job, members)
+        succeeded, running = _outcome(job, by_name, counts)
+        restarts = _kubelet_restarts(job, obs.pods)
+        return cls(job=job, obs=obs, now=now, id=f"{job.namespace}/{job.name}", pods=by_name,
+                   services={s["metadata"]["name"]: s for s in obs.services}, members=members,
+                   expected=tuple((r, i) for r in job.replicas for i in range(r.replicas)),
+                   counts=counts, succeeded=succeeded, running=running, kubelet_restarts=restarts)
+
+    def expected_names(self) -> list[str]:
+        return [pod_name(self.job.name, r.type, i) for r, i in self.expected]
+
+    def replica_of(self, pod: Mapping[str, Any]) -> ReplicaSpec | None:
+        return replica_of(self.job, pod)
+
+    def elapsed_since(self, stamp: str | None) -> float | None:
+        start = conditions.parse_time(stamp)
+        return None if start is None else (self.now - start).total_seconds()
+
+    def ready(self) -> int:
+        return sum(pods.is_ready(p) for p in self.members)
+
+
+def replica_of(job: TFJob, pod: Mapping[str, Any]) -> ReplicaSpec | None:
+    rtype = (pod["metadata"].get("labels") or {}).get(LABEL_TYPE)
+    for replica in job.replicas:
+        if replica.lower == rtype:
+            return replica
+    return None
+
+
+def _kubelet_restarts(job: TFJob, all_pods) -> int:
+    total = 0
+    for pod in all_pods:
+        replica = replica_of(job, pod)
+        if replica is not None and replica.restart_policy in KUBELET_RESTARTS:
+            total += pods.restarts(pod)
+    return total
+
+
+def _counts(job: TFJob, members) -> dict[str, dict[str, int]]:
+    counts = {r.type: {"active": 0, "succeeded": 0, "failed": 0} for r in job.replicas}
+    for pod in members:
+        replica = replica_of(job, pod)
+        key = PHASE_COUNTERS.get(pods.phase(pod))
+        if replica is not None and key:
+            counts[replica.type][key] += 1
+    return counts
+
+
+def _outcome(job: TFJob, by_name, counts) -> tuple[bool, bool]:
+    """(succeeded, running): the chief decides; without one, the workers (worker 0 is enough
+    unless successPolicy is AllWorkers)."""
+    chief = job.chief
+    if chief is not None:
+        done = chief.replicas > 0 and counts[chief.type]["succeeded"] >= chief.replicas
+        return done, counts[chief.type]["active"] > 0
+    workers = job.replica("Worker")
+    if workers is None:
+        return False, False
+    worker0 = by_name.get(pod_name(job.name, "Worker", 0))
+    all_done = workers.replicas > 0 and counts["Worker"]["succeeded"] >= workers.replicas
+    first_done = worker0 is not None and pods.phase(worker0) == "Succeeded"
+    return all_done or (first_done and job.success_policy != "AllWorkers"), counts["Worker"]["active"] > 0

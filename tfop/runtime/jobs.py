@@ -1,0 +1,48 @@
+"""Everything the runtime keeps about one job, in one record dropped whole when the job goes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JobKey = tuple[str, str]  # (namespace, job name)
+
+
+@dataclass
+class JobRecord:
+    body: dict  # the job as last seen or written (trimmed: tfop/kube/trim.py)
+    # A status the core decided but the runtime holds back (holding.py); the next pass reads it as
+    # the job's status, since it is what the operator last decided.
+    held: dict | None = None
+    held_first: float = 0.0  # loop time of the first held change
+    held_last: float = 0.0  # and of the latest
+    # Pods this operator deleted and has not yet seen gone, so their disappearance is not taken
+    # for a lost gang member; and pods seen gone that it did not delete, until a pass reads them.
+    deleting: set[str] = field(default_factory=set)
+    vanished: set[str] = field(default_factory=set)
+
+    def status(self) -> dict:
+        """The job's status as the operator knows it: the held one, else the written one."""
+        return self.held or self.body.get("status") or {}
+
+    def with_status(self) -> dict[str, Any]:
+        return {**self.body, "status": self.status()}
+
+    def hold(self, status: dict, now: float) -> None:
+        if self.held is None:
+            self.held_first = now
+        self.held, self.held_last = status, now
+
+    def release(self) -> dict | None:
+        held, self.held = self.held, None
+        return held
+
+    def pod_gone(self, name: str) -> None:
+        if name in self.deleting:
+            self.deleting.discard(name)
+        else:
+            self.vanished.add(name)
+
+    def take_vanished(self) -> frozenset[str]:
+        taken = frozenset(self.vanished)
+        self.vanished.clear()
+        return taken
