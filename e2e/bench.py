@@ -122,9 +122,9 @@ class Bench:
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     def objects_per_job(self) -> Counter:
-        from tfop.tools.offline import render_job
+        from tfop.tools.offline import first_start_objects
 
-        return Counter(o["kind"] for o in render_job(tfjob("x", "default", self.replicas), self.ctx))
+        return Counter(o["kind"] for o in first_start_objects(tfjob("x", "default", self.replicas), self.ctx))
 
     # -- one row -------------------------------------------------------------------------------
     async def row(self, admin: Admin, label: str) -> dict:
@@ -138,9 +138,9 @@ class Bench:
         operator = None
         gang = gang_name(self.args.gang)
         if label == "raw":
-            from tfop.tools.offline import render_job
+            from tfop.tools.offline import first_start_objects
 
-            rendered = {j["metadata"]["name"]: [strip_owner(o) for o in render_job(j, self.ctx)] for j in jobs}
+            rendered = {j["metadata"]["name"]: [strip_owner(o) for o in first_start_objects(j, self.ctx)] for j in jobs}
         elif label == "tfop":
             operator = TfopProcess(cluster, [ns], gang, log_dir=self.log_dir).start()
         else:

@@ -80,3 +80,27 @@ def test_an_upward_import_is_caught(tmp_path):
 def test_layer_has_a_docstring(layer):
     init = PACKAGE / layer / "__init__.py"
     assert ast.get_docstring(ast.parse(init.read_text())), f"tfop/{layer}/__init__.py should say what the layer is"
+
+
+MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 200  # a function reads on one screen, a class in one sitting
+
+
+def oversized(package: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"tfop/{path.relative_to(package)}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_functions_and_classes_stay_readable():
+    assert oversized() == []
+
+
+def test_an_oversized_function_is_caught(tmp_path):
+    (tmp_path / "long.py").write_text("def long():\n" + "    x = 1\n" * 60)
+    assert oversized(tmp_path) == ["tfop/long.py:1 long: 61 lines"]

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from seeds import seed_jobs
+from tfop.api import rules as spec_rules
 from tfop.tools import crd, crdgen
 from tfop.build.resources import resource_path
 
@@ -33,7 +34,7 @@ def _nodes(schema, path="<root>"):
 
 # ---------------------------------------------------------------- the CRD file
 def test_committed_crd_matches_generator():
-    assert resource_path("crds", crd.CRD_FILE).read_text() == crdgen.render(), \
+    assert resource_path("crds", crd.CRD_FILE).read_text() == crdgen.crd_file_text(), \
         "crds/ is stale: run python -m tfop.tools.crdgen"
 
 
@@ -109,7 +110,7 @@ def test_replica_specs_declare_each_type_for_kubectl_explain():
         if rtype != "Worker":
             assert '"description"' not in json.dumps(spec["properties"]["template"]["properties"])
             assert "tfReplicaSpecs.Worker.template" in spec["properties"]["template"]["description"]
-    for rtype in crdgen.KNOWN_TYPES_LOWER:  # replicas/restartPolicy checked, template kept
+    for rtype in spec_rules.KNOWN_TYPES_LOWER:  # replicas/restartPolicy checked, template kept
         spec = rs["properties"][rtype]
         assert spec["properties"]["replicas"]["minimum"] == 0
         assert spec["properties"]["restartPolicy"]["enum"] == crdgen.RESTART_POLICIES
@@ -214,11 +215,11 @@ def _set(path, value):
 RS = ("spec", "tfReplicaSpecs")
 BAD_JOBS = [  # (id, change, field, message fragment)
     ("two-chiefs", _set(RS + ("Master",), {"replicas": 1}),
-     "spec.tfReplicaSpecs", crdgen.MSG_ONE_CHIEF),
+     "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
     ("chief-replicas-2", _set(RS + ("Chief", "replicas"), 2),
-     "spec.tfReplicaSpecs.Chief.replicas", crdgen.MSG_CHIEF_REPLICAS),
+     "spec.tfReplicaSpecs.Chief.replicas", spec_rules.MSG_CHIEF_REPLICAS),
     ("evaluator-replicas-2", _set(RS + ("evaluator",), {"replicas": 2}),
-     "spec.tfReplicaSpecs.evaluator.replicas", crdgen.MSG_EVALUATOR_REPLICAS),
+     "spec.tfReplicaSpecs.evaluator.replicas", spec_rules.MSG_EVALUATOR_REPLICAS),
     ("worker-replicas-negative", _set(RS + ("Worker", "replicas"), -1),
      "spec.tfReplicaSpecs.Worker.replicas", "should be greater than or equal to 0"),
     ("restart-policy-sometimes", _set(RS + ("Worker", "restartPolicy"), "Sometimes"),
@@ -228,12 +229,12 @@ BAD_JOBS = [  # (id, change, field, message fragment)
     ("legacy-clean-pod-policy-maybe", _set(("spec", "cleanPodPolicy"), "Maybe"),
      "spec.cleanPodPolicy", "Unsupported value: \"Maybe\""),
     ("unknown-replica-type", _set(RS + ("Foo",), {"replicas": 1}),
-     "spec.tfReplicaSpecs.Foo", crdgen.MSG_UNKNOWN),
+     "spec.tfReplicaSpecs.Foo", spec_rules.MSG_UNKNOWN),
     ("same-type-twice", _set(RS + ("worker",), {"replicas": 1}),
-     "spec.tfReplicaSpecs", crdgen.MSG_DUPLICATE),
-    ("empty-replica-specs", _set(RS, {}), "spec.tfReplicaSpecs", crdgen.MSG_EMPTY),
-    ("bad-name", _set(("metadata", "name"), "My_Job"), "metadata.name", crdgen.MSG_NAME),
-    ("name-too-long", _set(("metadata", "name"), "a" * 64), "metadata.name", crdgen.MSG_NAME),
+     "spec.tfReplicaSpecs", spec_rules.MSG_DUPLICATE),
+    ("empty-replica-specs", _set(RS, {}), "spec.tfReplicaSpecs", spec_rules.MSG_EMPTY),
+    ("bad-name", _set(("metadata", "name"), "My_Job"), "metadata.name", spec_rules.MSG_NAME),
+    ("name-too-long", _set(("metadata", "name"), "a" * 64), "metadata.name", spec_rules.MSG_NAME),
     ("unknown-field", _set(("spec", "tfReplicaSpec"), {}), "spec.tfReplicaSpec", "unknown field"),
     ("success-policy", _set(("spec", "successPolicy"), "AnyWorker"),
      "spec.successPolicy", "Unsupported value"),
@@ -252,11 +253,11 @@ BAD_JOBS = [  # (id, change, field, message fragment)
     ("lower-case-worker-restart-policy", _lower_case("Worker", restartPolicy="Sometimes"),
      "spec.tfReplicaSpecs.worker.restartPolicy", "Unsupported value: \"Sometimes\""),
     ("upper-case-type", _set(RS + ("WORKER",), {"replicas": 1}),
-     "spec.tfReplicaSpecs.WORKER", crdgen.MSG_UNKNOWN),
+     "spec.tfReplicaSpecs.WORKER", spec_rules.MSG_UNKNOWN),
     ("chief-and-master-lower-case", _set(RS + ("master",), {}),
-     "spec.tfReplicaSpecs", crdgen.MSG_ONE_CHIEF),
+     "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
     ("lower-case-chief-replicas-2", _lower_case("Chief", replicas=2),
-     "spec.tfReplicaSpecs.chief.replicas", crdgen.MSG_CHIEF_REPLICAS),
+     "spec.tfReplicaSpecs.chief.replicas", spec_rules.MSG_CHIEF_REPLICAS),
 ]
 
 
@@ -326,12 +327,12 @@ def test_schema_for_returns_copies():
 def test_cel_rules_in_crd_match_python_messages():
     rs = _replica_specs()
     messages = {r["message"] for r in rs["x-kubernetes-validations"]}
-    assert messages == {crdgen.MSG_EMPTY, crdgen.MSG_UNKNOWN, crdgen.MSG_DUPLICATE,
-                        crdgen.MSG_ONE_CHIEF}
-    for key in crdgen.REPLICA_KEYS:
+    assert messages == {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
+                        spec_rules.MSG_ONE_CHIEF}
+    for key in spec_rules.REPLICA_KEYS:
         rules = rs["properties"][key].get("x-kubernetes-validations", [])
-        want = ({crdgen.MSG_CHIEF_REPLICAS} if key in crdgen.CHIEF_KEYS else
-                {crdgen.MSG_EVALUATOR_REPLICAS} if key in crdgen.EVALUATOR_KEYS else set())
+        want = ({spec_rules.MSG_CHIEF_REPLICAS} if key in spec_rules.CHIEF_KEYS else
+                {spec_rules.MSG_EVALUATOR_REPLICAS} if key in spec_rules.EVALUATOR_KEYS else set())
         assert {r["message"] for r in rules} == want, key
         assert all(r["fieldPath"] == ".replicas" for r in rules)
     assert rs["maxProperties"] == 5
@@ -347,8 +348,9 @@ def test_good_job_deepcopy_is_untouched_by_validation():
 # ------------------------------------------------------------ on a real apiserver
 # Uses the e2e plugin's `cluster` fixture when a conftest loads e2e.pytest_plugin,
 # else an apiserver named by TFOP_TEST_KUBECONFIG; skipped when neither is there.
-CEL_MESSAGES = {crdgen.MSG_EMPTY, crdgen.MSG_UNKNOWN, crdgen.MSG_DUPLICATE, crdgen.MSG_ONE_CHIEF,
-                crdgen.MSG_CHIEF_REPLICAS, crdgen.MSG_EVALUATOR_REPLICAS, crdgen.MSG_NAME}
+CEL_MESSAGES = {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
+                spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_CHIEF_REPLICAS,
+                spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_NAME}
 
 
 def _kubectl_for(request):

@@ -233,16 +233,16 @@ def test_run_checks_without_gang():
     (None, None, None),  # Deployment unreadable: check without gang
 ])
 def test_resolve(flag, args, want_backend):
-    backend, _, why = doctor.resolve(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
+    backend, _, why = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
     assert (backend.name if backend else None) == want_backend, why
 
 
 def test_resolve_auto_uses_cluster_crds():
     cluster = FakeCluster(crds={"podgroups.scheduling.x-k8s.io"})
-    backend, _, _ = doctor.resolve(cluster, "auto", None, "kubeflow", "tfop")
+    backend, _, _ = doctor.backend_to_check(cluster, "auto", None, "kubeflow", "tfop")
     assert backend.name == "scheduler-plugins"
     with pytest.raises(ValueError):
-        doctor.resolve(FakeCluster(), "auto", None, "kubeflow", "tfop")
+        doctor.backend_to_check(FakeCluster(), "auto", None, "kubeflow", "tfop")
 
 
 # ------------------------------------------------------------ real apiserver

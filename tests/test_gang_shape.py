@@ -3,7 +3,7 @@ import pytest
 from gang_fixtures import container, job, replica, seed000, seed003, template
 from tfop.gang.base import GangShape
 from tfop.gang.shape import compute_shape, pod_requests, priority_order, shape_problems
-from tfop.api.validation import Problem
+from tfop.api.validation import WARNING, Problem
 
 PRIO = {"high": 1000, "low": 10, "also-high": 1000}
 
@@ -134,8 +134,8 @@ PROBLEMS = [
     (seed003(min_available=5), []),
     (seed003(min_available=6), [Problem(
         "spec.runPolicy.schedulingPolicy.minAvailable",
-        "warning: minAvailable 6 exceeds the job's 5 replicas, so the gang could never start; "
-        "set it to at most 5 or remove it")]),
+        "minAvailable 6 exceeds the job's 5 replicas, so the gang could never start; "
+        "set it to at most 5 or remove it", WARNING)]),
     (job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 2, prio_tmpl("high"))), []),
     (job(replica("Worker", 2, prio_tmpl("high")), replica("PS", 1, prio_tmpl(None))), [Problem(
         field("Worker"), "pods of one gang must share one priority, but Worker uses "
@@ -145,11 +145,11 @@ PROBLEMS = [
         field("Worker"), "pods of one gang must share one priority, but Worker uses "
         f"'also-high' (1000) and PS uses 'high' (1000); {FIX}")]),
     (job(replica("PS", 1, prio_tmpl("gone")), replica("Worker", 2, prio_tmpl("gone"))), [
-        Problem(field("PS"), "warning: PriorityClass gone not found; create it or remove it"),
-        Problem(field("Worker"), "warning: PriorityClass gone not found; create it or remove it")]),
+        Problem(field("PS"), "PriorityClass gone not found; create it or remove it", WARNING),
+        Problem(field("Worker"), "PriorityClass gone not found; create it or remove it", WARNING)]),
     (seed003(priority_class="vip"), [Problem(
         "spec.runPolicy.schedulingPolicy.priorityClass",
-        "warning: PriorityClass vip not found; create it or remove it")]),
+        "PriorityClass vip not found; create it or remove it", WARNING)]),
     (job(replica("Worker", 1, template(container(limits={"cpu": "lots"}))),
          min_resources={"memory": "1 Gi"}), [
         Problem("spec.tfReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu",
@@ -171,8 +171,8 @@ def test_shape_survives_bad_quantities():
 
 
 def test_only_bad_quantities_and_mixed_priorities_block():
-    # The reconciler fails the job on problems without the "warning: " prefix.
+    # The reconciler fails the job on blocking problems only.
     blocking = [p for _, expected in PROBLEMS for p in expected
-                if not p.message.startswith("warning: ")]
+                if p.blocking]
     assert all("esources" in p.field or "share one priority" in p.message for p in blocking)
     assert sum("esources" in p.field for p in blocking) == 2

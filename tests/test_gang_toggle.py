@@ -5,8 +5,9 @@ import pytest
 
 from tfop.tools import manifests, rbac
 from tfop.gang import registry
-from tfop.tools.gang_toggle import (Target, apply_gang, describe_args, describe_rules, gang_state,
-                              toggle_args, toggle_rules)
+from tfop.tools.gang_toggle import (Target, apply_gang, describe_args, describe_rules, toggle_args,
+                                    toggle_rules)
+from tfop.tools.operator_args import gang_flags
 
 ON = ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]
 OFF = ["run", "--all-namespaces"]
@@ -44,9 +45,9 @@ def test_toggle_args(args, enable, name, want):
 @pytest.mark.parametrize("name", registry.backend_names())
 def test_toggle_matches_manifests(name):
     """Enabling on a gang-off deployment yields exactly what `tfop manifests` renders with gang."""
-    off = {o["kind"]: o for o in manifests.render_manifests(False, include_crds=False)}
-    on = {o["kind"]: o for o in manifests.render_manifests(True, name, include_crds=False)}
-    backend = manifests.resolve_backend(name)
+    off = {o["kind"]: o for o in manifests.deploy_objects(False, include_crds=False)}
+    on = {o["kind"]: o for o in manifests.deploy_objects(True, name, include_crds=False)}
+    backend, _why = registry.backend_from_flags(True, name)
     off_args = off["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
     on_args = on["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert toggle_args(off_args, True, name) == on_args
@@ -78,8 +79,8 @@ def test_toggle_rules_keeps_foreign_rules():
     (["--enable-gang-scheduling=False"], (False, None)),
     (["--enable-gang-scheduling=1", "--gang-scheduler-name=kube-batch"], (True, "kube-batch")),
 ])
-def test_gang_state(args, want):
-    assert gang_state(args) == want
+def test_gang_flags(args, want):
+    assert gang_flags(args) == want
 
 
 @pytest.mark.parametrize("old,new,want", [
@@ -183,7 +184,7 @@ def test_apply_gang_on_real_cluster(request):
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    objs = {o["kind"]: o for o in manifests.render_manifests(namespace=namespace, include_crds=False)}
+    objs = {o["kind"]: o for o in manifests.deploy_objects(namespace=namespace, include_crds=False)}
     role_name = f"tfop-toggle-{namespace}"
     objs["ClusterRole"]["metadata"]["name"] = role_name
     client.AppsV1Api(api).create_namespaced_deployment(namespace, objs["Deployment"])

@@ -19,7 +19,7 @@ def _by_kind(objs):
 
 @pytest.fixture(scope="module")
 def rendered():
-    return {v: manifests.render_manifests(*v) for v in VARIANTS}
+    return {v: manifests.deploy_objects(*v) for v in VARIANTS}
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: str(v))
@@ -37,7 +37,7 @@ def test_apply_order_and_role(rendered, variant):
     role = _by_kind(objs)["ClusterRole"]
     assert not rbac.has_wildcard(role["rules"])
     enable, name = variant
-    backend = manifests.resolve_backend(name) if enable else None
+    backend, _why = registry.backend_from_flags(enable, name)
     assert role["rules"] == rbac.operator_rules(backend)
 
 
@@ -60,7 +60,7 @@ def test_gang_rules_only_with_gang(rendered):
       "--scheduler-name", "default-scheduler", "--all-namespaces"]),
 ])
 def test_deployment(variant, args):
-    dep = _by_kind(manifests.render_manifests(*variant, namespace="ml", image="r/tfop:1"))["Deployment"]
+    dep = _by_kind(manifests.deploy_objects(*variant, namespace="ml", image="r/tfop:1"))["Deployment"]
     assert dep["metadata"]["namespace"] == "ml"
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]["spec"]
@@ -77,7 +77,7 @@ def test_deployment(variant, args):
 
 
 def test_namespace_everywhere():
-    objs = _by_kind(manifests.render_manifests(namespace="ml"))
+    objs = _by_kind(manifests.deploy_objects(namespace="ml"))
     assert objs["Namespace"]["metadata"]["name"] == "ml"
     assert objs["ServiceAccount"]["metadata"]["namespace"] == "ml"
     assert objs["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml"
@@ -85,11 +85,11 @@ def test_namespace_everywhere():
 
 def test_auto_refused_offline():
     with pytest.raises(ValueError, match="auto"):
-        manifests.render_manifests(True, "auto")
+        manifests.deploy_objects(True, "auto")
 
 
 def test_dump_roundtrip_and_server_side_note():
-    objs = manifests.render_manifests()
+    objs = manifests.deploy_objects()
     text = manifests.dump(objs, "yaml")
     assert "--server-side" in text.splitlines()[0]
     assert list(yaml.safe_load_all(text)) == objs
@@ -115,7 +115,7 @@ def test_server_side_apply_accepts_everything(request, tmp_path, variant):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl not installed")
     path = tmp_path / "tfop.yaml"
-    path.write_text(manifests.dump(manifests.render_manifests(*variant, namespace=namespace)))
+    path.write_text(manifests.dump(manifests.deploy_objects(*variant, namespace=namespace)))
     out = subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig), "apply",
                           # force: the shared cluster may hold a `tfop` role set by other tests
                           "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)],

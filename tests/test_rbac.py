@@ -14,12 +14,12 @@ RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
 
 
 def test_rbac_dir_matches_generator():
-    want = rbac.render_files()
+    want = rbac.file_texts()
     have = {p.name: p.read_text() for p in RBAC_DIR.glob("*.yaml")}
     assert have == want, "rbac/ is stale: run `python -m tfop.tools.rbac`"
 
 
-@pytest.mark.parametrize("name", sorted(rbac.render_files()))
+@pytest.mark.parametrize("name", sorted(rbac.file_texts()))
 def test_rbac_files_valid(name):
     for obj in yaml.safe_load_all((RBAC_DIR / name).read_text()):
         if obj["kind"] == "Kustomization":

@@ -378,13 +378,13 @@ class ScopedOperator(OperatorProcess):
         self.account = f"tfop-{gang or 'off'}"
 
     def deploy(self) -> None:
-        from tfop.tools.manifests import render_manifests
+        from tfop.tools.manifests import deploy_objects
 
         with _deploy_lock:
             if (str(self.cluster.dir), self.account) in _deployed:
                 return
             objs = []
-            for o in render_manifests(enable_gang=bool(self.gang), gang_scheduler_name=self.gang):
+            for o in deploy_objects(enable_gang=bool(self.gang), gang_scheduler_name=self.gang):
                 if o["kind"] == "Deployment":
                     continue
                 if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):

@@ -6,12 +6,11 @@ and problems (things that make the job invalid, each naming field and fix).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tfop.api import rules
 from tfop.api.constants import (
-    CHIEF_TYPES,
     CLEAN_POD_POLICIES,
     DEFAULT_CONTAINER,
     GROUP,
@@ -22,10 +21,9 @@ from tfop.api.constants import (
     SUCCESS_POLICIES,
 )
 from tfop.api.model import ReplicaSpec, RunPolicy, SchedulingPolicy, TFJob
-from tfop.api.quantity import parse_quantity
-from tfop.api.validation import Problem
+from tfop.api.rules import REPLICA_SPECS, canonical_type, is_dns1035_label
+from tfop.api.validation import Problem, is_whole_number, template_quantity_problems
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 RUN_POLICY_FIELDS = {
     "cleanPodPolicy": "clean_pod_policy",
     "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
@@ -68,14 +66,6 @@ def authored_version(obj: Mapping[str, Any], operator_manager: str = "tfop") -> 
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     return version if version in SERVED_VERSIONS else "v1"
 
-
-def canonical_type(key: str) -> str | None:
-    for rtype in REPLICA_TYPES:
-        if key.lower() == rtype.lower():
-            return rtype
-    return None
-
-
 def normalize(obj: Mapping[str, Any]) -> Normalized:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -84,7 +74,7 @@ def normalize(obj: Mapping[str, Any]) -> Normalized:
     problems: list[Problem] = []
 
     name = meta.get("name", "")
-    if not DNS1035.match(name or "") or len(name) > 63:
+    if not is_dns1035_label(name or ""):  # unlike the CRD's rule, a missing name is a problem too
         problems.append(Problem(
             "metadata.name",
             f"{name!r} is not a DNS-1035 label: use lower-case letters, digits and '-', "
@@ -118,13 +108,15 @@ def normalize(obj: Mapping[str, Any]) -> Normalized:
 
 def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
     raw = spec.get("tfReplicaSpecs") or {}
-    if not raw:
-        problems.append(Problem("spec.tfReplicaSpecs", "no replica types: add at least one of Chief, PS, Worker, Evaluator"))
+    if not rules.NOT_EMPTY.holds(raw):
+        problems.append(Problem(REPLICA_SPECS, "no replica types: add at least one of Chief, PS, Worker, Evaluator"))
         return ()
     found: dict[str, ReplicaSpec] = {}
     keys: dict[str, str] = {}  # canonical type -> the key as written, for field paths
     for key, rspec in raw.items():
-        field = f"spec.tfReplicaSpecs.{key}"
+        field = f"{REPLICA_SPECS}.{key}"
+        # Any case is read (the CRD's DECLARED_KEYS and ONE_SPELLING are stricter): so here
+        # an unknown key is one of no type, and a duplicate one whose type is already taken.
         rtype = canonical_type(key)
         if rtype is None:
             problems.append(Problem(field, f"unknown replica type {key!r}: use one of {', '.join(REPLICA_TYPES)}"))
@@ -134,7 +126,7 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
             continue
         rspec = rspec or {}
         count = rspec.get("replicas", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        if not is_whole_number(count):
             problems.append(Problem(f"{field}.replicas", f"{count!r} is not a whole number >= 0"))
             count = 0
         template = rspec.get("template") or {}
@@ -142,14 +134,19 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         _check_template(field, template, problems)
         found[rtype] = ReplicaSpec(type=rtype, replicas=count, restart_policy=policy, template=template)
         keys[rtype] = key
+    ordered = {t: found[t] for t in REPLICA_TYPES if t in found}
+    _singleton_problems(ordered, keys, problems)
+    return tuple(ordered.values())
 
-    chiefs = [t for t in found if t in CHIEF_TYPES]
-    if len(chiefs) > 1:
-        problems.append(Problem("spec.tfReplicaSpecs", "both Chief and Master are given: keep only one"))
-    for rtype in chiefs + (["Evaluator"] if "Evaluator" in found else []):
-        if found[rtype].replicas > 1:
-            problems.append(Problem(f"spec.tfReplicaSpecs.{keys[rtype]}.replicas", f"{rtype} must have at most 1 replica"))
-    return tuple(found[t] for t in REPLICA_TYPES if t in found)
+
+def _singleton_problems(found: dict[str, ReplicaSpec], keys: dict[str, str], problems) -> None:
+    """The CRD's one-chief and one-replica rules, applied to the types as read in any case."""
+    if not rules.ONE_CHIEF.holds(found):
+        problems.append(Problem(REPLICA_SPECS, "both Chief and Master are given: keep only one"))
+    for rtype, rspec in found.items():
+        counted = {"replicas": rspec.replicas}
+        if not all(rule.holds(counted) for rule in rules.rules_at(f"{REPLICA_SPECS}.{rtype}")):
+            problems.append(Problem(f"{REPLICA_SPECS}.{keys[rtype]}.replicas", f"{rtype} must have at most 1 replica"))
 
 
 def _restart_policy(rtype, field, rspec, template, notes, problems) -> str:
@@ -184,21 +181,7 @@ def _check_template(field, template, problems) -> None:
             if not container.get("image"):
                 problems.append(Problem(f"{field}.template.spec.{kind}[{i}].image",
                                         "is empty: every container needs an image"))
-            _check_quantities(f"{field}.template.spec.{kind}[{i}].resources", container.get("resources"), problems)
-
-
-def _check_quantities(field, resources, problems) -> None:
-    # The CRD takes any string here, but the apiserver refuses such a pod without naming the field.
-    if not isinstance(resources, Mapping):
-        return
-    for section in ("limits", "requests"):
-        values = resources.get(section)
-        for resource, value in (values.items() if isinstance(values, Mapping) else ()):
-            try:
-                parse_quantity(value)
-            except ValueError:
-                problems.append(Problem(f"{field}.{section}.{resource}",
-                                        f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)"))
+    problems.extend(template_quantity_problems(f"{field}.template", template, examples=True))
 
 
 def _run_policy(spec, version, notes, problems) -> RunPolicy:
@@ -224,8 +207,7 @@ def _run_policy(spec, version, notes, problems) -> RunPolicy:
     values["clean_pod_policy"] = clean
     for key, attr in RUN_POLICY_FIELDS.items():
         value = values.get(attr)
-        if attr != "clean_pod_policy" and value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        if attr != "clean_pod_policy" and value is not None and not is_whole_number(value):
             problems.append(Problem(where[attr], f"{value!r} is not a whole number >= 0"))
             values[attr] = None
 

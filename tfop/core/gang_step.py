@@ -21,11 +21,11 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
     if backend is None:
         return NO_GANG
     problems = shape_problems(view.job, view.obs.priority_values)
-    blocking = [p for p in problems if p.blocking and not p.message.startswith("warning: ")]  # TRANSITIONAL
+    blocking = [p for p in problems if p.blocking]
     if blocking:
         draft.fail("the gang cannot be formed: " + "; ".join(str(p) for p in blocking), reason="InvalidGang")
         return None
-    warnings = [p for p in problems if p not in blocking]
+    warnings = [p for p in problems if not p.blocking]
     if warnings and not conditions.find(list(view.job.status.get("conditions") or []), conditions.CREATED):
         draft.event("Warning", "GangSpecWarning", "; ".join(str(p) for p in warnings))  # once, on the first pass
     shape = compute_shape(view.job, view.obs.priority_values)

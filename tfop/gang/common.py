@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping
 
+from tfop.api.conditions import GANG_UNSCHEDULABLE
 from tfop.api.constants import LABEL_JOB, LABEL_OPERATOR, LAST_APPLIED, OPERATOR_NAME
 from tfop.api.model import TFJob
 from tfop.gang.base import GangShape, GangState, GroupResource
@@ -29,7 +30,12 @@ def group_metadata(job: TFJob, shape: GangShape) -> dict:
     }
 
 
-def base_object(resource: GroupResource, job: TFJob, shape: GangShape, spec: dict) -> dict:
+def base_object(resource: GroupResource, job: TFJob, shape: GangShape, spec: dict) -> dict | None:
+    """The group object, or None for a gang of no pods (all replicas 0); spec fields that are None
+    or empty are left out (the scheduler's defaults)."""
+    if shape.min_member < 1:
+        return None
+    spec = {k: v for k, v in spec.items() if v is not None and v != {}}
     return {"apiVersion": resource.api_version, "kind": resource.kind,
             "metadata": group_metadata(job, shape), "spec": spec}
 
@@ -59,7 +65,7 @@ def pending_reason(pods: list[Mapping[str, Any]], echoes: tuple[str, ...] = ()) 
     text = f"{len(messages)}/{len(pods)} pods unschedulable: {top}"
     if len(counts) > 1:
         text += f" (and {len(counts) - 1} other reason{'s' if len(counts) > 2 else ''})"
-    return "Unschedulable", text
+    return GANG_UNSCHEDULABLE, text
 
 
 def condition(group: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:

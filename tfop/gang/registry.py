@@ -1,4 +1,8 @@
-"""Map a --gang-scheduler-name value to a backend, and say why.
+"""Map the gang flags to a backend, and say why: the one resolver every command uses.
+
+backend_from_flags() is the single policy for --enable-gang-scheduling,
+--gang-scheduler-name and --scheduler-name; load_backend() maps one name and
+detect_backend() reads installed CRDs for `auto`.
 
 Backends come from the `tfop.gang_backends` entry-point group (third parties
 add theirs there) plus the built-in table below, so a source checkout works
@@ -9,6 +13,7 @@ from __future__ import annotations
 import importlib
 import re
 from importlib.metadata import entry_points
+from typing import Callable, Iterable, Union
 
 from tfop.gang.base import GangBackend
 
@@ -33,6 +38,9 @@ AUTO = "auto"
 # third-party backend that names CRDs, alphabetically. Label-only backends
 # (coscheduling, yunikorn) and the PDB one leave no CRD and are never picked.
 AUTO_ORDER = ("volcano", "scheduler-plugins", "kube-batch", "koordinator")
+# What `auto` reads: the installed CRD names, or a callable listing them (called only for
+# `auto`, so other names never need the right to list CRDs); None where there is no cluster.
+InstalledCrds = Union[Iterable[str], Callable[[], Iterable[str]], None]
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
@@ -114,3 +122,31 @@ def load_backend(name: str | None, scheduler_name: str | None = None, *,
     if scheduler_name:
         where += " (from --scheduler-name)"
     return backend, f"{why}; pods use {where}"
+
+
+def gang_enabled(enable: bool, gang_scheduler_name: str | None) -> bool:
+    """Is gang scheduling on? Naming a backend turns it on, in every command that takes both flags."""
+    return bool(enable or gang_scheduler_name)
+
+
+def backend_from_flags(enable: bool, gang_scheduler_name: str | None, scheduler_name: str | None = None,
+                       installed_crds: InstalledCrds = None) -> tuple[GangBackend | None, str]:
+    """(backend, why) for the gang flags; backend None when gang scheduling is off.
+
+    `auto` picks from `installed_crds`. With None (no cluster: `tfop render`,
+    `tfop manifests`) it is a ValueError rather than a guess, because a guess
+    would render the wrong objects or grant every backend's rules.
+    ValueError too for a name that selects no backend.
+    """
+    if not gang_enabled(enable, gang_scheduler_name):
+        pods = f"schedulerName {scheduler_name!r}" if scheduler_name else "the cluster's default scheduler"
+        return None, ("gang scheduling is off (neither --enable-gang-scheduling nor "
+                      f"--gang-scheduler-name given); pods use {pods}")
+    installed = None
+    if gang_scheduler_name == AUTO:
+        if installed_crds is None:
+            raise ValueError("--gang-scheduler-name=auto picks the backend from the CRDs installed in "
+                             "a cluster, and there is no cluster here: name the backend (one of: "
+                             f"{', '.join(backend_names())})")
+        installed = set(installed_crds() if callable(installed_crds) else installed_crds)
+    return load_backend(gang_scheduler_name, scheduler_name, installed_crds=installed)

@@ -12,13 +12,10 @@ from typing import Any, Mapping
 from tfop.api.constants import REPLICA_TYPES
 from tfop.api.model import ReplicaSpec, TFJob
 from tfop.api.quantity import add_resources, format_quantity, format_resources, parse_quantity
-from tfop.api.validation import Problem
+from tfop.api.validation import WARNING, Problem, quantity_problems, template_quantity_problems
 from tfop.gang.base import GangShape
 
 POLICY_FIELD = "spec.runPolicy.schedulingPolicy"
-# Problems the user can fix while the job waits (the reconciler reports them and
-# carries on) start with this; the rest make the gang impossible to form.
-WARNING = "warning: "
 
 
 def _priority_field(rtype: str) -> str:
@@ -33,17 +30,21 @@ def priority_class_name(replica: ReplicaSpec) -> str | None:
     return _pod_spec(replica).get("priorityClassName") or None
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
-    # The apiserver defaults a missing request to the limit, per resource.
-    res = container.get("resources", {}) or {}
-    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+def _parsed(values: Mapping[str, Any]) -> dict[str, Fraction]:
+    """The entries that are quantities; shape_problems reports the rest, and the apiserver refuses them."""
     out = {}
-    for name, value in merged.items():
+    for name, value in values.items():
         try:
             out[name] = parse_quantity(value)
         except ValueError:
-            pass  # reported by shape_problems; the apiserver rejects the pod anyway
+            pass
     return out
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
+    # The apiserver defaults a missing request to the limit, per resource.
+    res = container.get("resources", {}) or {}
+    return _parsed({**(res.get("limits") or {}), **(res.get("requests") or {})})
 
 
 def _max(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> dict[str, Fraction]:
@@ -70,12 +71,7 @@ def pod_requests(template: Mapping[str, Any]) -> dict[str, Fraction]:
         else:
             init_peak = _max(init_peak, add_resources([sidecars, req]))
     total = _max(add_resources([apps, sidecars]), init_peak)
-    overhead = {}
-    for name, value in (spec.get("overhead") or {}).items():
-        try:
-            overhead[name] = parse_quantity(value)
-        except ValueError:
-            pass
+    overhead = _parsed(spec.get("overhead") or {})
     return {k: v for k, v in add_resources([total, overhead]).items() if v}
 
 
@@ -152,78 +148,60 @@ def compute_shape(job: TFJob, priority_values: Mapping[str, int]) -> GangShape:
 def _bad_quantities(job: TFJob) -> list[Problem]:
     out = []
     for r in job.replicas:
-        spec = _pod_spec(r)
-        for kind in ("initContainers", "containers"):
-            for i, c in enumerate(spec.get(kind) or []):
-                res = c.get("resources", {}) or {}
-                for section in ("requests", "limits"):
-                    for name, value in (res.get(section) or {}).items():
-                        try:
-                            parse_quantity(value)
-                        except ValueError:
-                            out.append(Problem(
-                                f"spec.tfReplicaSpecs.{r.type}.template.spec.{kind}[{i}]"
-                                f".resources.{section}.{name}",
-                                f"{value!r} is not a Kubernetes quantity",
-                            ))
-    for name, value in (job.run_policy.scheduling.min_resources or {}).items():
-        try:
-            parse_quantity(value)
-        except ValueError:
-            out.append(Problem(f"{POLICY_FIELD}.minResources.{name}",
-                               f"{value!r} is not a Kubernetes quantity"))
-    return out
+        out += template_quantity_problems(f"spec.tfReplicaSpecs.{r.type}.template", r.template)
+    return out + quantity_problems(f"{POLICY_FIELD}.minResources", job.run_policy.scheduling.min_resources)
 
 
-def shape_problems(job: TFJob, priority_values: Mapping[str, int]) -> list[Problem]:
+def _unreachable_min_available(job: TFJob) -> list[Problem]:
+    wanted, total = job.run_policy.scheduling.min_available, job.total_replicas
+    if wanted is None or wanted <= total:
+        return []
+    return [Problem(f"{POLICY_FIELD}.minAvailable",
+                    f"minAvailable {wanted} exceeds the job's {total} replicas, so the gang could "
+                    f"never start; set it to at most {total} or remove it", WARNING)]
+
+
+def _missing_priority_classes(job: TFJob, priority_values: Mapping[str, int]) -> list[Problem]:
+    named = [(_priority_field(r.type), priority_class_name(r)) for r in _active(job)]
+    named.append((f"{POLICY_FIELD}.priorityClass", job.run_policy.scheduling.priority_class))
+    return [Problem(field, f"PriorityClass {name} not found; create it or remove it", WARNING)
+            for field, name in named if name and name not in priority_values]
+
+
+def _mixed_priorities(job: TFJob, priority_values: Mapping[str, int]) -> list[Problem]:
+    # Gang schedulers order and preempt a gang as one unit; members of unequal
+    # priority get split by preemption (Coscheduling requires one priority outright).
+    active = _active(job)
+    if len({priority_class_name(r) for r in active}) <= 1:
+        return []
+    first = active[0]
+    ref = priority_class_name(first)
+
+    def describe(name: str | None) -> str:
+        if not name:
+            return "none"
+        value = priority_values.get(name)
+        return f"{name!r} ({value})" if value is not None else repr(name)
+
+    return [Problem(_priority_field(r.type),
+                    f"pods of one gang must share one priority, but {r.type} uses "
+                    f"{describe(priority_class_name(r))} and {first.type} uses {describe(ref)}; "
+                    "give every replica type the same priorityClassName, or none")
+            for r in active[1:] if priority_class_name(r) != ref]
+
+
+def shape_problems(job: TFJob, priority_values: Mapping[str, int] | None) -> list[Problem]:
     """What would keep the gang from ever starting, or make it behave oddly.
 
     Warnings: minAvailable above the replica count (the job waits, as upstream's
     does, until the user lowers it), a missing PriorityClass (the apiserver
-    refuses the pods until it exists). Blocking: quantities that are not
+    refuses the pods until it exists). Errors: quantities that are not
     quantities, and mixed priorities: members of one gang with unequal
     priorities get split by preemption (ACK's rule; upstream accepts them).
+    priority_values None means the cluster's PriorityClasses are unknown
+    (offline): the checks that need them are skipped.
     """
-    problems: list[Problem] = []
-    policy = job.run_policy.scheduling
-    total = job.total_replicas
-    if policy.min_available is not None and policy.min_available > total:
-        problems.append(Problem(
-            f"{POLICY_FIELD}.minAvailable",
-            f"{WARNING}minAvailable {policy.min_available} exceeds the job's {total} replicas, "
-            f"so the gang could never start; set it to at most {total} or remove it",
-        ))
-
-    for r in _active(job):
-        name = priority_class_name(r)
-        if name and name not in priority_values:
-            problems.append(Problem(
-                _priority_field(r.type),
-                f"{WARNING}PriorityClass {name} not found; create it or remove it"))
-    if policy.priority_class and policy.priority_class not in priority_values:
-        problems.append(Problem(
-            f"{POLICY_FIELD}.priorityClass",
-            f"{WARNING}PriorityClass {policy.priority_class} not found; create it or remove it"))
-
-    # Gang schedulers order and preempt a gang as one unit; members of unequal
-    # priority get split by preemption (Coscheduling requires one priority outright).
-    active = _active(job)
-    if len({priority_class_name(r) for r in active}) > 1:
-        first = active[0]
-        ref = priority_class_name(first)
-
-        def describe(name: str | None) -> str:
-            if not name:
-                return "none"
-            value = priority_values.get(name)
-            return f"{name!r} ({value})" if value is not None else repr(name)
-
-        for r in active[1:]:
-            if priority_class_name(r) != ref:
-                problems.append(Problem(
-                    _priority_field(r.type),
-                    f"pods of one gang must share one priority, but {r.type} uses "
-                    f"{describe(priority_class_name(r))} and {first.type} uses {describe(ref)}; "
-                    "give every replica type the same priorityClassName, or none",
-                ))
-    return problems + _bad_quantities(job)
+    problems = _unreachable_min_available(job)
+    if priority_values is not None:
+        problems += _missing_priority_classes(job, priority_values)
+    return problems + _mixed_priorities(job, priority_values or {}) + _bad_quantities(job)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tfop.api import conditions as S
+from tfop.api import conditions
+from tfop.api.conditions import STARTING_GANG_REASONS
 
 # (quiet, maximum delay) in seconds: written once unchanged for `quiet`, or `maximum delay` after
 # the first change that was held, whichever comes first.
@@ -23,10 +24,7 @@ STARTING_HOLD = (60.0, 60.0)
 # startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
 PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
                    "observedGeneration", "gang"}
-PROGRESS_CONDITIONS = {S.CREATED, S.RUNNING}
-# tfop.core.reconcile's gang reasons for a gang on its way to start: the group is not admitted yet
-# (NotAdmitted, Volcano's PodGroupPending) or its pods are not bound yet (Pending).
-STARTING_GANG_REASONS = {"NotAdmitted", "PodGroupPending", "Pending"}
+PROGRESS_CONDITIONS = {conditions.CREATED, conditions.RUNNING}
 
 
 def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -33,17 +33,18 @@ log = logging.getLogger("tfop")
 
 
 async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend | None:
-    if not settings.enable_gang_scheduling:
-        log.info("gang scheduling is off: pods go to %s", settings.scheduler_name or "the default scheduler")
-        return None
-    from tfop.gang.registry import load_backend
+    """The gang backend the flags select (registry.backend_from_flags), None when gang scheduling is off."""
+    from tfop.gang.registry import AUTO, backend_from_flags
 
     installed = None
-    if settings.gang_scheduler_name == "auto":
+    if settings.gang_scheduler_name == AUTO:  # listed up front: the resolver cannot await a callable
         listing = await client.list("apiextensions.k8s.io/v1", "customresourcedefinitions")
         installed = {item["metadata"]["name"] for item in listing.get("items") or []}
-    backend, why = load_backend(settings.gang_scheduler_name, settings.scheduler_name, installed_crds=installed)
+    backend, why = backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name,
+                                      settings.scheduler_name, installed_crds=installed)
     log.info("gang scheduling: %s", why)
+    if backend is None:
+        return None
     if backend.group_resource is not None:
         resource = backend.group_resource
         crd = f"{resource.plural}.{resource.group}"

@@ -10,17 +10,8 @@ import click
 import yaml
 
 from tfop.core.settings import Settings
-
-GANG_NAME_HELP = ("gang backend: volcano (default), scheduler-plugins, coscheduling, kube-batch, "
-                  "kube-arbitrator (alias pdb), koordinator, yunikorn, auto, or any other name: "
-                  "scheduler-plugins with that schedulerName")
-
-
-def gang_options(f):
-    f = click.option("--scheduler-name", default=None,
-                     help="schedulerName stamped on pods, overriding the gang backend's.")(f)
-    f = click.option("--gang-scheduler-name", default="", help=GANG_NAME_HELP)(f)
-    return click.option("--enable-gang-scheduling", is_flag=True, help="turn every TFJob into a gang.")(f)
+from tfop.gang.registry import backend_from_flags, gang_enabled
+from tfop.tools.gang_flags import gang_options  # shared with `tfop manifests`: one meaning, one help
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,7 +43,7 @@ def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces,
     if all_namespaces and namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
     settings = Settings(
-        enable_gang_scheduling=enable_gang_scheduling or bool(gang_scheduler_name),
+        enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
         gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
         namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
         max_concurrent_requests=max_concurrent_requests, pods_before_admission=pods_before_admission,
@@ -82,21 +73,15 @@ def _load(files) -> list[tuple[str, dict]]:
 
 
 def _context(enable, gang_name, scheduler_name):
-    from tfop.build.children import Templates
-    from tfop.core.reconcile import Context
+    from tfop.build.templates import Templates
+    from tfop.core.context import Context
 
-    settings = Settings(enable_gang_scheduling=enable or bool(gang_name), gang_scheduler_name=gang_name,
+    try:  # offline: no CRDs to read, so `auto` is refused with the reason
+        backend, _why = backend_from_flags(enable, gang_name, scheduler_name)
+    except ValueError as err:
+        raise click.UsageError(str(err))
+    settings = Settings(enable_gang_scheduling=backend is not None, gang_scheduler_name=gang_name or "",
                         scheduler_name=scheduler_name)
-    backend = None
-    if settings.enable_gang_scheduling:
-        from tfop.gang.registry import load_backend
-
-        if gang_name == "auto":
-            raise click.UsageError("--gang-scheduler-name=auto needs a cluster; name a backend to render")
-        try:
-            backend, _ = load_backend(gang_name, scheduler_name)
-        except ValueError as err:
-            raise click.UsageError(str(err))
     return Context(settings=settings, templates=Templates(), backend=backend)
 
 
@@ -109,7 +94,7 @@ def _context(enable, gang_name, scheduler_name):
 def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, output) -> None:
     """Print every object the operator creates for the jobs, without a cluster."""
     from tfop.api.normalize import normalize
-    from tfop.tools.offline import render_job, with_namespace
+    from tfop.tools.offline import first_start_objects, with_namespace
 
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     objects, bad = [], 0
@@ -121,7 +106,7 @@ def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
             for problem in problems:
                 click.echo(f"{name}: {job['metadata'].get('name', '?')}: {problem.field}: {problem.message}", err=True)
             continue
-        objects.extend(render_job(job, ctx))
+        objects.extend(first_start_objects(job, ctx))
     if bad:
         sys.exit(1)
     if output == "json":
@@ -133,16 +118,24 @@ def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 @cli.command()
 @click.option("-f", "--filename", "files", type=click.File("r"), multiple=True, required=True,
               help="TFJob YAML (any served version); - for stdin. Repeatable.")
-def validate(files) -> None:
-    """Exit 0 when every TFJob is valid; else print FILE: JOB: FIELD: problem and exit 1."""
+@gang_options
+def validate(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name) -> None:
+    """Check TFJobs without a cluster: exit 1 on any problem, 0 when there are only warnings or none.
+
+    Prints FILE: JOB: FIELD: problem, or FILE: JOB: FIELD: warning: message. With the gang flags the
+    job is checked as a gang too, as the operator started with them would. Checks needing the
+    cluster (do the PriorityClasses exist?) are skipped.
+    """
     from tfop.tools.offline import job_problems, with_namespace
 
-    ctx = _context(False, "", None)
+    ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     bad = 0
     for name, job in _load(files):
         for problem in job_problems(with_namespace(job, None), ctx):
-            bad += 1
-            click.echo(f"{name}: {(job.get('metadata') or {}).get('name', '?')}: {problem.field}: {problem.message}")
+            bad += problem.blocking
+            label = "" if problem.blocking else f"{problem.severity}: "
+            click.echo(f"{name}: {(job.get('metadata') or {}).get('name', '?')}: {problem.field}: "
+                       f"{label}{problem.message}")
     sys.exit(1 if bad else 0)
 
 

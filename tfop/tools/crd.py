@@ -2,23 +2,24 @@
 
 schema_problems() reports what the apiserver would reject: the version's
 openAPIV3Schema (checked with jsonschema, strict about unknown fields like
-`kubectl apply`'s default field validation) plus the CEL rules, re-implemented
-here in Python with the same messages.
+`kubectl apply`'s default field validation) plus the CEL rules, evaluated by
+their Python twins from the same table (tfop.api.rules) with the same messages.
 """
 import copy
 import datetime
 import functools
 import json
-import re
+from typing import Any, Mapping
 
 import jsonschema
 import yaml
 
+from tfop.api.constants import GROUP, KIND, PLURAL
+from tfop.api.rules import RULES
 from tfop.api.validation import Problem
 from tfop.build.resources import resource_path
-from tfop.tools import crdgen
 
-CRD_FILE = f"{crdgen.GROUP}_{crdgen.PLURAL}.yaml"
+CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,7 +41,7 @@ def _version(version: str) -> dict:
     for v in _crd()["spec"]["versions"]:
         if v["name"] == version:
             return v
-    raise KeyError(f"{crdgen.GROUP}/{version} {crdgen.KIND} is not served; "
+    raise KeyError(f"{GROUP}/{version} {KIND} is not served; "
                    f"served: {', '.join(served_versions())}")
 
 
@@ -175,43 +176,21 @@ def _problems_of(error) -> list[Problem]:
 
 
 # ------------------------------------------------------------ CEL rules in Python
-_NAME_RE = re.compile(crdgen.NAME_PATTERN)
-
-
-def _dict(v):
-    return v if isinstance(v, dict) else {}
-
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _node_at(obj: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    node: Any = obj
+    for key in filter(None, path.split(".")):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
 
 
 def rule_problems(obj: dict) -> list[Problem]:
     """The CRD's x-kubernetes-validations rules, evaluated in Python."""
     problems = []
-    name = _dict(obj.get("metadata")).get("name")
-    if isinstance(name, str) and (len(name) > crdgen.NAME_MAX or not _NAME_RE.match(name)):
-        problems.append(Problem("metadata.name", crdgen.MSG_NAME))
-
-    specs = _dict(obj.get("spec")).get("tfReplicaSpecs")
-    if not isinstance(specs, dict):
-        return problems  # missing or mistyped: the schema reports it
-    base = "spec.tfReplicaSpecs"
-    if not specs:
-        problems.append(Problem(base, crdgen.MSG_EMPTY))
-    for key in specs:  # the CRD keeps undeclared keys, and a rule rejects them
-        if key not in crdgen.REPLICA_KEYS:
-            problems.append(Problem(f"{base}.{key}", crdgen.MSG_UNKNOWN))
-    if any(t in specs and t.lower() in specs for t in crdgen.REPLICA_TYPES):
-        problems.append(Problem(base, crdgen.MSG_DUPLICATE))
-    if sum(k in specs for k in crdgen.CHIEF_KEYS) > 1:
-        problems.append(Problem(base, crdgen.MSG_ONE_CHIEF))
-    for keys, message in ((crdgen.CHIEF_KEYS, crdgen.MSG_CHIEF_REPLICAS),
-                          (crdgen.EVALUATOR_KEYS, crdgen.MSG_EVALUATOR_REPLICAS)):
-        for key in keys:
-            replicas = _int(_dict(specs.get(key)).get("replicas"))
-            if replicas is not None and replicas > 1:
-                problems.append(Problem(f"{base}.{key}.replicas", message))
+    for rule in RULES:
+        for at in rule.at:
+            node = _node_at(obj, at)
+            if node is not None:  # CEL skips an absent node; a mistyped one is the schema's to report
+                problems += rule.problems(at, node)
     return problems
 
 
@@ -219,13 +198,13 @@ def schema_problems(obj: dict) -> list[Problem]:
     """Everything the apiserver would reject in this TFJob (any served version)."""
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
-    if group != crdgen.GROUP or version not in served_versions():
+    if group != GROUP or version not in served_versions():
         return [Problem("apiVersion", f"Unsupported value: {json.dumps(api_version)}: "
                         "supported values: "
-                        + _quote(f"{crdgen.GROUP}/{v}" for v in served_versions()))]
-    if obj.get("kind") != crdgen.KIND:
+                        + _quote(f"{GROUP}/{v}" for v in served_versions()))]
+    if obj.get("kind") != KIND:
         return [Problem("kind", f"Unsupported value: {json.dumps(obj.get('kind'))}: "
-                        f"supported values: \"{crdgen.KIND}\"")]
+                        f"supported values: \"{KIND}\"")]
     problems = []
     errors = sorted(_validator(version).iter_errors(_drop_nulls(obj)),
                     key=lambda e: [str(p) for p in e.absolute_path])

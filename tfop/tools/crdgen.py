@@ -15,13 +15,17 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
-GROUP = "kubeflow.org"
-KIND = "TFJob"
-PLURAL = "tfjobs"
-STORAGE_VERSION = "v1"
-VERSIONS = ["v1", "v1beta1", "v1alpha2"]  # storage first
+from tfop.api import constants
+from tfop.api.constants import GROUP, KIND, PLURAL, STORAGE_VERSION
+from tfop.api.rules import REPLICA_SPECS, ROOT, rules_at
+
+VERSIONS = constants.SERVED_VERSIONS  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
-REPLICA_TYPES = ["Chief", "Master", "PS", "Worker", "Evaluator"]
+# Lists, not the constants' tuples: yaml's SafeDumper writes no tuples.
+REPLICA_TYPES = list(constants.REPLICA_TYPES)
+CLEAN_POD_POLICIES = list(constants.CLEAN_POD_POLICIES)
+RESTART_POLICIES = list(constants.RESTART_POLICIES)
+SUCCESS_POLICIES = list(constants.SUCCESS_POLICIES)
 MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # one spec per type at most
 OUTPUT = Path(__file__).resolve().parents[2] / "crds" / f"{GROUP}_{PLURAL}.yaml"
 
@@ -38,65 +42,13 @@ _KEEP = ("description", "format", "enum", "required", "minimum", "maximum", "pat
 _MAP_KEY_DEFAULTS = {"protocol": "TCP"}
 
 # ---------------------------------------------------------------- CEL rules
-# (rule, message, fieldPath or None). tfop.tools.crd re-implements each in Python
-# and reuses the messages, so both paths report the same words.
-#
-# spec.tfReplicaSpecs is an object, not a map, so that `kubectl explain` can
-# step into spec.tfReplicaSpecs.Worker. It declares each replica type as
-# written (Worker) and in lower case (worker), the two spellings in use; it
-# keeps unknown keys (x-kubernetes-preserve-unknown-fields) so that a
-# misspelt type is rejected by a rule rather than silently pruned. CEL cannot
-# see unknown keys of an object (its declared type has only the declared
-# properties), but size() of the object counts every key: so "every key is
-# declared" is "size equals the number of declared keys present".
-KNOWN_TYPES_LOWER = [t.lower() for t in REPLICA_TYPES]
-REPLICA_KEYS = REPLICA_TYPES + KNOWN_TYPES_LOWER  # the declared spellings
-CHIEF_KEYS = ["Chief", "chief", "Master", "master"]
-EVALUATOR_KEYS = ["Evaluator", "evaluator"]
-MSG_EMPTY = ("spec.tfReplicaSpecs must not be empty: add at least one replica type "
-             "(Chief, Master, PS, Worker or Evaluator)")
-MSG_UNKNOWN = ("spec.tfReplicaSpecs keys must be replica types Chief, Master, PS, Worker "
-               "or Evaluator, spelt so or in lower case (chief, master, ps, worker, "
-               "evaluator); rename or remove the others")
-MSG_DUPLICATE = ("spec.tfReplicaSpecs lists a replica type twice in different case "
-                 "(e.g. Worker and worker); keep one")
-MSG_ONE_CHIEF = "spec.tfReplicaSpecs may have only one Chief or Master; remove the other"
-MSG_CHIEF_REPLICAS = "spec.tfReplicaSpecs.Chief/Master replicas must be 0 or 1"
-MSG_EVALUATOR_REPLICAS = "spec.tfReplicaSpecs.Evaluator replicas must be 0 or 1"
-MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, "
-            "digits or '-', starting with a letter and ending with a letter or digit")
-NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
-NAME_MAX = 63
-
-
-def _present(keys):
-    """CEL: how many of these declared keys self has."""
-    return "[" + ", ".join(f"has(self.{k})" for k in keys) + "].filter(x, x).size()"
-
-
-REPLICA_SPEC_RULES = [  # on spec.tfReplicaSpecs
-    ("size(dyn(self)) > 0", MSG_EMPTY),
-    (f"size(dyn(self)) == {_present(REPLICA_KEYS)}", MSG_UNKNOWN),
-    (" && ".join(f"!(has(self.{t}) && has(self.{t.lower()}))" for t in REPLICA_TYPES),
-     MSG_DUPLICATE),
-    (f"{_present(CHIEF_KEYS)} <= 1", MSG_ONE_CHIEF),
-]
-# on the replica spec of each of CHIEF_KEYS / EVALUATOR_KEYS
-CHIEF_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_CHIEF_REPLICAS, ".replicas")]
-EVALUATOR_RULES = [("!has(self.replicas) || self.replicas <= 1", MSG_EVALUATOR_REPLICAS,
-                    ".replicas")]
-ROOT_RULES = [
-    (f"!has(self.metadata.name) || (size(self.metadata.name) <= {NAME_MAX}"
-     f" && self.metadata.name.matches('{NAME_PATTERN}'))", MSG_NAME, ".metadata.name"),
-]
-
-
-def _rules(rules):
+def _validations(at: str) -> list[dict]:
+    """x-kubernetes-validations of the schema node at this object path, from tfop.api.rules."""
     out = []
-    for rule in rules:
-        entry = {"rule": rule[0], "message": rule[1]}
-        if len(rule) > 2:
-            entry["fieldPath"] = rule[2]
+    for rule in rules_at(at):
+        entry = {"rule": rule.cel, "message": rule.message}
+        if rule.field_path:
+            entry["fieldPath"] = rule.field_path
         out.append(entry)
     return out
 
@@ -216,11 +168,6 @@ def _str(description, **extra):
     return {"type": "string", "description": description, **extra}
 
 
-CLEAN_POD_POLICIES = ["None", "Running", "All"]
-RESTART_POLICIES = ["Always", "OnFailure", "Never", "ExitCode"]
-SUCCESS_POLICIES = ["", "AllWorkers"]
-
-
 def _run_policy_fields(legacy=False):
     suffix = (" Deprecated location: use spec.runPolicy instead; honoured when "
               "spec.runPolicy does not set it.") if legacy else ""
@@ -258,7 +205,7 @@ def _scheduling_policy():
         }})
 
 
-def _replica_spec(template, rules=(), description="Pods of one replica type."):
+def _replica_spec(template, key, description):
     spec = _d(description, {
         "type": "object",
         "properties": {
@@ -271,13 +218,14 @@ def _replica_spec(template, rules=(), description="Pods of one replica type."):
                                   enum=RESTART_POLICIES),
             "template": template,
         }})
-    if rules:
-        spec["x-kubernetes-validations"] = _rules(rules)
+    validations = _validations(f"{REPLICA_SPECS}.{key}")
+    if validations:
+        spec["x-kubernetes-validations"] = validations
     return spec
 
 
 def _replica_specs(template) -> dict:
-    """spec.tfReplicaSpecs: one property per declared spelling (see REPLICA_KEYS).
+    """spec.tfReplicaSpecs: one property per declared spelling (see tfop.api.rules.REPLICA_KEYS).
 
     Only Worker's pod template carries the Kubernetes field descriptions (they
     are ~235 KB a copy): the other types have the same structure undescribed.
@@ -288,18 +236,17 @@ def _replica_specs(template) -> dict:
     undescribed["description"] = (
         template["description"] + " Same fields as Worker's template; for their "
         "descriptions see `kubectl explain tfjob.spec.tfReplicaSpecs.Worker.template`.")
-    rules = {k: CHIEF_RULES for k in CHIEF_KEYS} | {k: EVALUATOR_RULES for k in EVALUATOR_KEYS}
     properties = {}
     for rtype in REPLICA_TYPES:
         properties[rtype] = _replica_spec(
-            template if rtype == "Worker" else undescribed, rules.get(rtype, ()),
+            template if rtype == "Worker" else undescribed, rtype,
             f"Pods of replica type {rtype}.")
     for rtype in REPLICA_TYPES:
         loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                  "description": f"Pod template, as in {rtype}.template (kept as written, "
                                 "not checked here)."}
         properties[rtype.lower()] = _replica_spec(
-            loose, rules.get(rtype.lower(), ()),
+            loose, rtype.lower(),
             f"{rtype} spelt in lower case; the operator reads it as {rtype}. "
             f"Prefer {rtype}: only that spelling's pod template is checked on admission.")
     return _d("Replica types of the job: Chief, Master, PS, Worker and Evaluator, each "
@@ -309,7 +256,7 @@ def _replica_specs(template) -> dict:
                   "properties": properties,
                   # misspelt keys are kept so that a rule rejects them, not pruned in silence
                   "x-kubernetes-preserve-unknown-fields": True,
-                  "x-kubernetes-validations": _rules(REPLICA_SPEC_RULES)})
+                  "x-kubernetes-validations": _validations(REPLICA_SPECS)})
 
 
 def _replica_statuses(description):
@@ -329,28 +276,6 @@ def tfjob_schema(conv: _Converter) -> dict:
     template = conv.ref("io.k8s.api.core.v1.PodTemplateSpec")
     template["description"] = ("Pod template for this replica type. The operator adds its "
                                "labels, TF_CONFIG and the tfjob-port to the tensorflow container.")
-    label_selector = conv.ref(f"{_DEFS_PREFIX}.apis.meta.v1.LabelSelector")
-    label_selector["description"] = "Label selector of these pods."
-
-    rs_status, replica_statuses = _replica_statuses(
-        "Pod counts per replica type, keyed by replica type.")
-    rs_status["properties"]["labelSelector"] = label_selector
-    legacy_statuses = copy.deepcopy(replica_statuses)
-    legacy_statuses["description"] = ("Same as replicaStatuses, under the name read by "
-                                      "kubeflow.org/v1alpha2 clients.")
-
-    condition = _d("One observed state of the job.", {
-        "type": "object",
-        "required": ["type", "status"],
-        "properties": {
-            "type": _str("Created, Running, Restarting, Succeeded, Failed or Suspended."),
-            "status": _str("True, False or Unknown."),
-            "reason": _str("One-word CamelCase reason, e.g. TFJobRunning."),
-            "message": _str("Human-readable details."),
-            "lastUpdateTime": _time("When this condition was last updated."),
-            "lastTransitionTime": _time("When status last changed."),
-        }})
-
     spec = _d("What to run: the replica types and how to run, clean up and schedule them.", {
         "type": "object",
         "required": ["tfReplicaSpecs"],
@@ -375,8 +300,45 @@ def tfjob_schema(conv: _Converter) -> dict:
                                     "and worker failures do not fail the job."},
             **_run_policy_fields(legacy=True),
         }})
+    return _d("TFJob runs a distributed TensorFlow training job.", {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": _str("Version of this object's schema."),
+            "kind": _str("Kind of this object: TFJob."),
+            # declared so the name rule's fieldPath resolves; only these two are allowed here
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"},
+                                                          "generateName": {"type": "string"}}},
+            "spec": spec,
+            "status": _status_schema(conv),
+        },
+        "x-kubernetes-validations": _validations(ROOT)})
 
-    status = _d("Observed state of the job, written by the operator.", {
+
+def _status_schema(conv: _Converter) -> dict:
+    label_selector = conv.ref(f"{_DEFS_PREFIX}.apis.meta.v1.LabelSelector")
+    label_selector["description"] = "Label selector of these pods."
+
+    rs_status, replica_statuses = _replica_statuses(
+        "Pod counts per replica type, keyed by replica type.")
+    rs_status["properties"]["labelSelector"] = label_selector
+    legacy_statuses = copy.deepcopy(replica_statuses)
+    legacy_statuses["description"] = ("Same as replicaStatuses, under the name read by "
+                                      "kubeflow.org/v1alpha2 clients.")
+
+    condition = _d("One observed state of the job.", {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": _str("Created, Running, Restarting, Succeeded, Failed or Suspended."),
+            "status": _str("True, False or Unknown."),
+            "reason": _str("One-word CamelCase reason, e.g. TFJobRunning."),
+            "message": _str("Human-readable details."),
+            "lastUpdateTime": _time("When this condition was last updated."),
+            "lastTransitionTime": _time("When status last changed."),
+        }})
+
+    return _d("Observed state of the job, written by the operator.", {
         "type": "object",
         "properties": {
             "conditions": _d("Conditions of the job, latest last.",
@@ -400,20 +362,6 @@ def tfjob_schema(conv: _Converter) -> dict:
                     "since": _time("When the group entered this phase."),
                 }}),
         }})
-
-    return _d("TFJob runs a distributed TensorFlow training job.", {
-        "type": "object",
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": _str("Version of this object's schema."),
-            "kind": _str("Kind of this object: TFJob."),
-            # declared so the name rule's fieldPath resolves; only these two are allowed here
-            "metadata": {"type": "object", "properties": {"name": {"type": "string"},
-                                                          "generateName": {"type": "string"}}},
-            "spec": spec,
-            "status": status,
-        },
-        "x-kubernetes-validations": _rules(ROOT_RULES)})
 
 
 def strip_descriptions(node):
@@ -483,7 +431,8 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def render() -> str:
+def crd_file_text() -> str:
+    """The text of crds/kubeflow.org_tfjobs.yaml: a header, then the CRD as YAML."""
     header = ("# Generated by `python -m tfop.tools.crdgen` "
               f"(Kubernetes {k8s_schema_dir().name} JSON schemas). Do not edit.\n")
     return header + yaml.dump(build_crd(), Dumper=_Dumper, sort_keys=False, width=100)
@@ -491,7 +440,7 @@ def render() -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    text = render()
+    text = crd_file_text()
     if "--check" in argv:
         if not OUTPUT.exists() or OUTPUT.read_text() != text:
             print(f"{OUTPUT} is stale: run python -m tfop.tools.crdgen", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
+from tfop.tools.gang_flags import gang_options
 
 
 def _api_client(kubeconfig: str | None, context: str | None):
@@ -39,29 +40,25 @@ def _sa(value: str | None) -> tuple[str, str] | None:
 
 
 @click.command("manifests")
-@click.option("--enable-gang-scheduling", is_flag=True, help="Deploy with gang scheduling on.")
-@click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="Gang backend (volcano when omitted); its RBAC rules are added.")
-@click.option("--scheduler-name", default=None, metavar="NAME",
-              help="schedulerName stamped on pods instead of the backend's own.")
+@gang_options
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True)
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image, output):
     """Print everything the operator needs (CRD, RBAC, Deployment) in apply order.
 
+    With gang scheduling, the ClusterRole also grants the backend's rules.
+
     \b
     Apply server-side: the TFJob CRD is too big for client-side apply's
     last-applied annotation (256 KiB):
       tfop manifests | kubectl apply --server-side -f -
     """
-    from tfop.tools.manifests import dump, render_manifests
+    from tfop.tools.manifests import deploy_objects, dump
 
-    if gang_scheduler_name and not enable_gang_scheduling:
-        raise click.UsageError("--gang-scheduler-name needs --enable-gang-scheduling")
     try:
-        objs = render_manifests(enable_gang_scheduling, gang_scheduler_name, scheduler_name,
-                                namespace, image)
+        objs = deploy_objects(enable_gang_scheduling, gang_scheduler_name, scheduler_name,
+                              namespace, image)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     click.echo(dump(objs, output), nl=False)
@@ -69,7 +66,8 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 
 @click.command("doctor")
 @click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="Backend to check (default: whatever the running operator's args select).")
+              help="Check with gang scheduling and this backend (`auto`: detected from the CRDs); "
+                   "default: whatever the running operator's args select.")
 @click.option("--scheduler-name", default=None, metavar="NAME",
               help="schedulerName pods use, if not the backend's own.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
@@ -88,13 +86,13 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
 
     cluster = doctor.Cluster(_api_client(kubeconfig, context))
     try:
-        backend, sched, why = doctor.resolve(cluster, gang_scheduler_name, scheduler_name,
-                                             namespace, deployment)
-    except ValueError as err:
-        click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
-        raise SystemExit(1)
-    click.echo(f"checking: {why}")
-    try:
+        try:
+            backend, sched, why = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name,
+                                                          namespace, deployment)
+        except ValueError as err:
+            click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
+            raise SystemExit(1)
+        click.echo(f"checking: {why}")
         checks = doctor.run_checks(cluster, backend, namespace, service_account, sched,
                                    _sa(scheduler_service_account))
     except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
@@ -103,7 +101,7 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
     raise SystemExit(doctor.exit_code(checks))
 
 
-def _gang_options(f):
+def _target_options(f):
     f = click.option("--cluster-role", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
     f = click.option("--deployment", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
     f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)(f)
@@ -135,22 +133,22 @@ def gang_group():
     """Turn gang scheduling on or off in a running operator (Deployment args + ClusterRole)."""
 
 
-@gang_group.command("enable")
-@click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="Backend to enable (volcano when omitted; `auto` detects it from the CRDs).")
-@_gang_options
-def gang_enable(gang_scheduler_name, **kw):
-    """Add --enable-gang-scheduling (and the backend's RBAC rules)."""
-    _toggle(True, gang_scheduler_name, **kw)
+def _gang_command(enable: bool, name_help: str, doc: str) -> click.Command:
+    """`tfop gang enable` or `disable`: the same options, one direction each."""
+    def command(gang_scheduler_name, **kw):
+        _toggle(enable, gang_scheduler_name, **kw)
+    command.__doc__ = doc
+    command = click.option("--gang-scheduler-name", default=None, metavar="NAME", help=name_help)(
+        _target_options(command))
+    return gang_group.command("enable" if enable else "disable")(command)
 
 
-@gang_group.command("disable")
-@click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="Backend whose rules to remove if the args no longer name one.")
-@_gang_options
-def gang_disable(gang_scheduler_name, **kw):
-    """Remove exactly what `gang enable` added."""
-    _toggle(False, gang_scheduler_name, **kw)
+gang_enable = _gang_command(
+    True, "Backend to enable (volcano when omitted; `auto` detects it from the CRDs).",
+    "Add --enable-gang-scheduling (and the backend's RBAC rules).")
+gang_disable = _gang_command(
+    False, "Backend whose rules to remove if the args no longer name one.",
+    "Remove exactly what `gang enable` added.")
 
 
 def register(group: click.Group) -> None:

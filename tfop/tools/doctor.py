@@ -15,8 +15,10 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from tfop.gang import registry
 from tfop.gang.base import GangBackend
-from tfop.tools.rbac import permissions
+from tfop.tools import operator_args
+from tfop.tools.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
 
 TFJOB_CRD = "tfjobs.kubeflow.org"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -82,8 +84,6 @@ def rbac_fix(denied: Iterable[tuple[str, str, str]], user: str, roles: list[str]
     if roles:
         return f"add to the rules of ClusterRole {roles[0]} (bound to {user}):\n{rules_yaml(rules)}"
     _, ns, name = user.rsplit(":", 2)
-    from tfop.tools.rbac import cluster_role, cluster_role_binding
-
     role = f"{name}-extra"
     objs = [cluster_role(rules, name=role),
             cluster_role_binding(namespace=ns, name=role, role=role, service_account_name=name)]
@@ -283,96 +283,94 @@ class Cluster:
         return out
 
     def deployment_args(self, namespace: str, name: str) -> list[str]:
-        from tfop.tools.gang_toggle import Target, container_index
-
         dep = self.apps.read_namespaced_deployment(name, namespace)
-        idx = container_index(dep, Target(namespace=namespace, deployment=name))
+        idx = operator_args.operator_container_index(dep, namespace, name)
         return list(dep.spec.template.spec.containers[idx].args or [])
-
-
-def _denied(cluster: Cluster, user: str, groups: list[str],
-            wanted: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    return [p for p in wanted if not cluster.allowed(user, groups, *p)]
 
 
 def _forbidden(err: Exception) -> str:
     return f"{getattr(err, 'status', '')} {getattr(err, 'reason', err)}".strip()
 
 
-def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "kubeflow",
-               service_account: str = "tfop", scheduler_name: str | None = None,
-               scheduler_service_account: tuple[str, str] | None = None,
-               now: dt.datetime | None = None) -> list[Check]:
-    from tfop.tools.rbac import operator_rules
-
-    now = now or dt.datetime.now(dt.timezone.utc)
-    checks: list[Check] = []
-    crds = cluster.crd_names()
-    wanted = [TFJOB_CRD] + list(backend.crds if backend else ())
-    for crd in wanted:
-        if crd in crds:
-            checks.append(Check(f"CRD {crd} exists", True))
+def crd_checks(installed: set[str], backend: GangBackend | None) -> list[Check]:
+    """One check per CRD the operator and its gang backend need."""
+    checks = []
+    for crd in [TFJOB_CRD, *(backend.crds if backend else ())]:
+        title = f"CRD {crd} exists"
+        if crd in installed:
+            checks.append(Check(title, True))
         elif crd == TFJOB_CRD:
-            checks.append(Check(f"CRD {crd} exists", False, "the TFJob CRD is not installed",
+            checks.append(Check(title, False, "the TFJob CRD is not installed",
                                 "tfop manifests > tfop.yaml && kubectl apply --server-side -f tfop.yaml"))
         else:
-            checks.append(Check(f"CRD {crd} exists", False,
+            checks.append(Check(title, False,
                                 f"gang backend {backend.name} needs it; is {backend.name} installed?",
-                                _other_backend_hint(crds)))
+                                _other_backend_hint(installed)))
+    return checks
 
-    user, groups = sa_user(namespace, service_account)
-    denied = _denied(cluster, user, groups, permissions(operator_rules(backend)))
+
+def permission_check(cluster: Cluster, title: str, account: tuple[str, str],
+                     wanted: Iterable[tuple[str, str, str]]) -> Check:
+    """Does ServiceAccount `account` (namespace, name) hold every wanted permission? If not, the fix."""
+    user, groups = sa_user(*account)
+    denied = [p for p in wanted if not cluster.allowed(user, groups, *p)]
+    if not denied:
+        return Check(title, True)
     try:
-        roles = cluster.roles_bound_to(namespace, service_account)
+        roles = cluster.roles_bound_to(*account)
     except Exception:  # doctor's own user may not list bindings; the fix text still works
         roles = None
-    title = f"ServiceAccount {namespace}/{service_account} has every permission the operator uses"
-    if denied:
-        checks.append(Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles)))
-    else:
-        checks.append(Check(title, True))
+    return Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles))
 
-    sched = expected_scheduler(backend, scheduler_name)
+
+def scheduler_check(cluster: Cluster, sched: str, now: dt.datetime) -> tuple[Check, SchedulerEvidence]:
+    title = f"scheduler {sched!r} is running"
     try:
         try:
             events = cluster.scheduler_events()
         except Exception:  # the weakest evidence; Leases and pods still decide
             events = []
         evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now, events)
-        checks.append(Check(f"scheduler {sched!r} is running", evidence.found, evidence.detail,
-                            "" if evidence.found else
-                            f"start the scheduler, or point pods at a running one with --scheduler-name"))
     except Exception as err:  # e.g. doctor's user may not list leases or pods
-        evidence = SchedulerEvidence(False, "")
-        checks.append(Check(f"scheduler {sched!r} is running", None,
-                            f"could not list Leases/pods: {_forbidden(err)}"))
+        return (Check(title, None, f"could not list Leases/pods: {_forbidden(err)}"),
+                SchedulerEvidence(False, ""))
+    fix = "" if evidence.found else "start the scheduler, or point pods at a running one with --scheduler-name"
+    return Check(title, evidence.found, evidence.detail, fix), evidence
 
+
+def scheduler_rbac_check(cluster: Cluster, backend: GangBackend | None,
+                         account: tuple[str, str] | None) -> list[Check]:
+    """May the scheduler's ServiceAccount read the gang's group objects? (none for label backends)"""
     group = backend.group_resource if backend else None
-    sa = scheduler_service_account or evidence.service_account
-    title = "scheduler's ServiceAccount may list the gang's group objects"
     if group is None:
-        pass  # label/annotation backends: the scheduler reads only pods
-    elif sa is None:
-        checks.append(Check(title, None, "scheduler's ServiceAccount unknown (no scheduler pod "
-                                         "found); pass --scheduler-service-account NS:NAME"))
-    else:
-        s_user, s_groups = sa_user(*sa)
-        wanted_perms = [(group.group, group.plural, v) for v in SCHEDULER_VERBS]
-        s_denied = _denied(cluster, s_user, s_groups, wanted_perms)
-        try:
-            s_roles = cluster.roles_bound_to(*sa)
-        except Exception:
-            s_roles = None
-        title = f"ServiceAccount {sa[0]}/{sa[1]} (the scheduler's) may list {group.plural}.{group.group or 'core'}"
-        checks.append(Check(title, not s_denied,
-                            describe_denied(s_denied) if s_denied else "",
-                            rbac_fix(s_denied, s_user, s_roles) if s_denied else ""))
+        return []  # label/annotation backends: the scheduler reads only pods
+    if account is None:
+        return [Check("scheduler's ServiceAccount may list the gang's group objects", None,
+                      "scheduler's ServiceAccount unknown (no scheduler pod found); "
+                      "pass --scheduler-service-account NS:NAME")]
+    title = (f"ServiceAccount {account[0]}/{account[1]} (the scheduler's) may list "
+             f"{group.plural}.{group.group or 'core'}")
+    return [permission_check(cluster, title, account,
+                             [(group.group, group.plural, v) for v in SCHEDULER_VERBS])]
+
+
+def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "kubeflow",
+               service_account: str = "tfop", scheduler_name: str | None = None,
+               scheduler_service_account: tuple[str, str] | None = None,
+               now: dt.datetime | None = None) -> list[Check]:
+    """CRDs, the operator's permissions, the scheduler, the scheduler's permissions: in that order."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    checks = crd_checks(cluster.crd_names(), backend)
+    checks.append(permission_check(
+        cluster, f"ServiceAccount {namespace}/{service_account} has every permission the operator uses",
+        (namespace, service_account), permissions(operator_rules(backend))))
+    running, evidence = scheduler_check(cluster, expected_scheduler(backend, scheduler_name), now)
+    checks.append(running)
+    checks += scheduler_rbac_check(cluster, backend, scheduler_service_account or evidence.service_account)
     return checks
 
 
 def _other_backend_hint(crds: set[str]) -> str:
-    from tfop.gang import registry
-
     try:
         name, _ = registry.detect_backend(crds)
     except ValueError:
@@ -381,25 +379,15 @@ def _other_backend_hint(crds: set[str]) -> str:
             f"tfop gang enable --gang-scheduler-name {name}")
 
 
-def _flag(args: list[str], flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def resolve(cluster: Cluster, gang_scheduler_name: str | None, scheduler_name: str | None,
-            namespace: str, deployment: str) -> tuple[GangBackend | None, str | None, str]:
+def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, scheduler_name: str | None,
+                     namespace: str, deployment: str) -> tuple[GangBackend | None, str | None, str]:
     """(backend, scheduler name override, why): from the flags, else from the running operator's args.
 
-    ValueError when the name selects no backend (e.g. `auto` with no scheduler CRD installed).
+    A --gang-scheduler-name given here means gang scheduling, as in every
+    command. ValueError when the flags select no backend (e.g. `auto` with no
+    scheduler CRD installed).
     """
-    from tfop.tools.gang_toggle import gang_state
-    from tfop.tools.manifests import resolve_backend
-
-    why = f"--gang-scheduler-name {gang_scheduler_name}"
+    enable, source = True, ""
     if gang_scheduler_name is None:
         try:
             args = cluster.deployment_args(namespace, deployment)
@@ -407,12 +395,9 @@ def resolve(cluster: Cluster, gang_scheduler_name: str | None, scheduler_name: s
             return None, scheduler_name, (
                 f"Deployment {namespace}/{deployment} unreadable ({_forbidden(err)}); checking "
                 "without gang scheduling (pass --gang-scheduler-name)")
-        enabled, name = gang_state(args)
-        scheduler_name = scheduler_name or _flag(args, "--scheduler-name")
-        if not enabled:
-            return None, scheduler_name, f"Deployment {namespace}/{deployment} runs without gang scheduling"
-        gang_scheduler_name = name or ""
-        why = f"Deployment {namespace}/{deployment} args"
-    installed = cluster.crd_names() if gang_scheduler_name == "auto" else None
-    backend = resolve_backend(gang_scheduler_name, scheduler_name, installed_crds=installed)
-    return backend, scheduler_name, f"{why}: gang backend {backend.name}"
+        enable, gang_scheduler_name = operator_args.gang_flags(args)
+        scheduler_name = scheduler_name or operator_args.flag_value(args, operator_args.SCHEDULER_NAME)
+        source = f"Deployment {namespace}/{deployment} args: "
+    backend, why = registry.backend_from_flags(enable, gang_scheduler_name, scheduler_name,
+                                               installed_crds=cluster.crd_names)
+    return backend, scheduler_name, source + why

@@ -1,6 +1,6 @@
 """`tfop manifests`: everything needed to run the operator, as plain objects.
 
-Rendered from templates/deploy/*.yaml.j2; the ClusterRole's rules come from
+Filled in from templates/deploy/*.yaml.j2; the ClusterRole's rules come from
 tfop.tools.rbac so the deploy manifests, rbac/ and `tfop doctor` all agree.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ import yaml
 
 from tfop.build.resources import resource_path
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
-from tfop.gang.base import GangBackend
+from tfop.gang.registry import backend_from_flags
 from tfop.tools import rbac
+from tfop.tools.operator_args import run_args
 
 # `kubectl apply -f` creates objects in file order; each kind needs the ones before it.
 KIND_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount",
@@ -27,37 +28,9 @@ APPLY_NOTE = (
     "The TFJob CRD is larger than the 256 KiB that client-side apply's\n"
     "last-applied-configuration annotation may hold, so plain `kubectl apply` fails on it.\n"
     "A conflict with manager \"tfop-gang\" means `tfop gang enable|disable` changed the\n"
-    "args or rules since: render with the same gang flags, or add --force-conflicts to undo it."
+    "args or rules since: run `tfop manifests` with the gang flags it set, or add\n"
+    "--force-conflicts to undo it."
 )
-
-
-def resolve_backend(name: str | None, scheduler_name: str | None = None,
-                    installed_crds: set[str] | None = None) -> GangBackend:
-    """The gang backend for a --gang-scheduler-name value; ValueError saying why if none.
-
-    `auto` needs the cluster's CRDs; offline (installed_crds None) it is refused so
-    the manifests grant exactly one backend's rules rather than every backend's.
-    """
-    from tfop.gang import registry
-
-    if name == registry.AUTO and installed_crds is None:
-        raise ValueError("--gang-scheduler-name auto picks a backend from the CRDs installed in "
-                         "a cluster; name the backend here so the manifests grant exactly its "
-                         f"rules (one of: {', '.join(registry.backend_names())})")
-    backend, _why = registry.load_backend(name, scheduler_name, installed_crds=installed_crds)
-    return backend
-
-
-def operator_args(enable_gang: bool, gang_scheduler_name: str | None,
-                  scheduler_name: str | None) -> list[str]:
-    args = ["run"]
-    if enable_gang:
-        args.append("--enable-gang-scheduling")
-        if gang_scheduler_name:
-            args += ["--gang-scheduler-name", gang_scheduler_name]
-    if scheduler_name:
-        args += ["--scheduler-name", scheduler_name]
-    return args + ["--all-namespaces"]
 
 
 def _crds() -> list[dict]:
@@ -75,11 +48,17 @@ def _env() -> jinja2.Environment:
     )
 
 
-def render_manifests(enable_gang: bool = False, gang_scheduler_name: str | None = None,
-                     scheduler_name: str | None = None, namespace: str = DEFAULT_NAMESPACE,
-                     image: str = DEFAULT_IMAGE, include_crds: bool = True) -> list[dict]:
-    """CRDs, Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment, in apply order."""
-    backend = resolve_backend(gang_scheduler_name, scheduler_name) if enable_gang else None
+def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = None,
+                   scheduler_name: str | None = None, namespace: str = DEFAULT_NAMESPACE,
+                   image: str = DEFAULT_IMAGE, include_crds: bool = True) -> list[dict]:
+    """The objects to apply, in apply order: CRDs, Namespace, ServiceAccount, ClusterRole,
+    ClusterRoleBinding, Deployment.
+
+    A --gang-scheduler-name implies gang scheduling, as in `tfop run`. There is no
+    cluster here, so `auto` is a ValueError: the ClusterRole must grant one
+    backend's rules, and which one is only known where the CRDs are.
+    """
+    backend, _why = backend_from_flags(enable_gang, gang_scheduler_name, scheduler_name)
     name = DEFAULT_DEPLOYMENT
     selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "operator"}
     context: dict[str, Any] = {
@@ -90,7 +69,7 @@ def render_manifests(enable_gang: bool = False, gang_scheduler_name: str | None 
         "selector": selector,
         "labels": {**rbac.LABELS, **selector},
         "rules": rbac.operator_rules(backend),
-        "args": operator_args(enable_gang, gang_scheduler_name, scheduler_name),
+        "args": run_args(enable_gang, gang_scheduler_name, scheduler_name),
     }
     env = _env()
     objs: list[dict] = _crds() if include_crds else []

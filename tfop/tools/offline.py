@@ -6,8 +6,10 @@ from typing import Any, Iterable, Mapping
 
 from tfop.api.normalize import is_tfjob, normalize
 from tfop.api.validation import Problem
-from tfop.build.children import Templates
-from tfop.core.reconcile import Context, Observed, reconcile
+from tfop.build.templates import Templates
+from tfop.core.context import Context, Observed
+from tfop.core.reconcile import reconcile
+from tfop.gang.shape import shape_problems
 
 
 def with_namespace(obj: Mapping[str, Any], namespace: str | None) -> dict:
@@ -17,7 +19,8 @@ def with_namespace(obj: Mapping[str, Any], namespace: str | None) -> dict:
     return {**obj, "metadata": meta}
 
 
-def render_job(obj: Mapping[str, Any], ctx: Context, priority_values: Mapping[str, int] | None = None) -> list[dict]:
+def first_start_objects(obj: Mapping[str, Any], ctx: Context,
+                        priority_values: Mapping[str, int] | None = None) -> list[dict]:
     """Every object of the job's first start, group object first.
 
     A backend that waits for the scheduler to admit the group (Volcano) creates
@@ -40,22 +43,27 @@ def render_job(obj: Mapping[str, Any], ctx: Context, priority_values: Mapping[st
 
 
 def job_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
-    """Everything the apiserver or the operator would refuse, each with field and fix."""
+    """Everything the apiserver or the operator would refuse, each with field and fix.
+
+    Once the spec itself is valid, the pods it becomes and the gang it forms are
+    checked too; the gang's findings include warnings (Problem.blocking False).
+    """
     from tfop.tools.crd import schema_problems
 
     problems = list(schema_problems(dict(obj)))
-    seen = {(p.field, p.message) for p in problems}
     try:
-        extra = normalize(obj).problems
+        normalized = normalize(obj)
     except (AttributeError, TypeError, ValueError):
         if not problems:
             raise
-        extra = ()  # a mistyped object the schema already reported; normalize assumes the schema's types
-    for problem in extra:
-        if not any(problem.field == f for f, _ in seen):
-            problems.append(problem)
+        return problems  # a mistyped object the schema already reported; normalize assumes the schema's types
+    seen = {p.field for p in problems}
+    problems += [p for p in normalized.problems if p.field not in seen]
     if not problems:
-        problems.extend(pod_problems(obj, ctx))
+        problems = pod_problems(obj, ctx)
+        if ctx.backend is not None:  # the gang's rules apply only to gangs, as in the operator
+            # Offline the cluster's PriorityClasses are unknown (None): their checks are skipped.
+            problems += shape_problems(normalized.job, None)
     return problems
 
 
@@ -64,7 +72,7 @@ def pod_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
     import kubernetes_validate
 
     out = []
-    for child in render_job(obj, ctx):
+    for child in first_start_objects(obj, ctx):
         if child["kind"] != "Pod":
             continue
         try:

@@ -16,8 +16,7 @@ class CoschedulingLabelsBackend(GangBackend):
     crds = ()  # label form: nothing in the API to detect
     rbac_rules = ()
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         return PodMarkings(labels={NAME_LABEL: shape.group_name,
                                    MIN_AVAILABLE_LABEL: str(shape.min_member)})
 

@@ -23,8 +23,7 @@ class KoordinatorBackend(GangBackend):
     crds = ("reservations.scheduling.koordinator.sh",)
     rbac_rules = ()
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         annotations = {NAME: shape.group_name, MIN_AVAILABLE: str(shape.min_member),
                        MODE: "Strict"}
         if shape.schedule_timeout_seconds is not None:

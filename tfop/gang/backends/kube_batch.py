@@ -5,6 +5,7 @@ which schedules fine but is no gang.
 """
 from __future__ import annotations
 
+from tfop.api.conditions import GANG_UNSCHEDULABLE
 from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
 from tfop.gang.common import base_object, condition, group_rules, phase_of, with_pods
@@ -21,23 +22,16 @@ class KubeBatchBackend(GangBackend):
     rbac_rules = group_rules(PODGROUP)
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
-        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
-            return None
-        spec: dict = {"minMember": shape.min_member}
-        if shape.queue:
-            spec["queue"] = shape.queue
-        if shape.priority_class:
-            spec["priorityClassName"] = shape.priority_class
-        return base_object(PODGROUP, job, shape, spec)
+        return base_object(PODGROUP, job, shape, {"minMember": shape.min_member, "queue": shape.queue,
+                                                  "priorityClassName": shape.priority_class})
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         return PodMarkings(annotations={GROUP_NAME_ANNOTATION: shape.group_name})
 
     def state(self, group, pods) -> GangState:
         # kube-batch has no admission step: pods wait Pending until the whole gang fits.
         phase = phase_of(group)
         cond = condition(group, "Unschedulable")
-        reason = (cond or {}).get("reason", "") or ("Unschedulable" if cond else "")
+        reason = (cond or {}).get("reason", "") or (GANG_UNSCHEDULABLE if cond else "")
         message = (cond or {}).get("message", "")
         return with_pods(True, phase, reason, message, pods)

@@ -29,8 +29,7 @@ class PdbBackend(GangBackend):
             "selector": {"matchLabels": {LABEL_JOB: job.name}},
         })
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         return PodMarkings()
 
     def state(self, group, pods):

@@ -32,17 +32,11 @@ class SchedulerPluginsBackend(GangBackend):
     retry_touch_seconds = 30
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
-        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
-            return None
-        spec: dict = {"minMember": shape.min_member}
-        if shape.min_resources:
-            spec["minResources"] = dict(shape.min_resources)
-        if shape.schedule_timeout_seconds is not None:
-            spec["scheduleTimeoutSeconds"] = shape.schedule_timeout_seconds
-        return base_object(PODGROUP, job, shape, spec)
+        return base_object(PODGROUP, job, shape, {"minMember": shape.min_member,
+                                                  "minResources": dict(shape.min_resources),
+                                                  "scheduleTimeoutSeconds": shape.schedule_timeout_seconds})
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         return PodMarkings(labels={POD_GROUP_LABEL: shape.group_name})
 
     def state(self, group, pods) -> GangState:

@@ -13,6 +13,7 @@ the lower-case replica type ("worker"), as the upstream operator writes it.
 """
 from __future__ import annotations
 
+from tfop.api.conditions import GANG_GROUP_PENDING
 from tfop.api.model import ReplicaSpec, TFJob
 from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, PodMarkings
 from tfop.gang.common import base_object, condition, group_rules, phase_of, with_pods
@@ -36,21 +37,15 @@ class VolcanoBackend(GangBackend):
     rbac_rules = group_rules(PODGROUP)
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
-        if shape.min_member < 1:  # no pods (all replicas 0): nothing to gang
-            return None
-        spec: dict = {
+        return base_object(PODGROUP, job, shape, {
             "minMember": shape.min_member,
             "minTaskMember": {rtype.lower(): n for rtype, n in shape.min_task_member.items()},
             "queue": shape.queue or DEFAULT_QUEUE,
-        }
-        if shape.priority_class:
-            spec["priorityClassName"] = shape.priority_class
-        if shape.min_resources:
-            spec["minResources"] = dict(shape.min_resources)
-        return base_object(PODGROUP, job, shape, spec)
+            "priorityClassName": shape.priority_class,
+            "minResources": dict(shape.min_resources),
+        })
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         return PodMarkings(annotations={GROUP_NAME_ANNOTATION: shape.group_name,
                                         TASK_SPEC_ANNOTATION: replica.lower})
 
@@ -83,7 +78,7 @@ class VolcanoBackend(GangBackend):
         if phase == "Pending":
             message += _admission_rule(group)
         return with_pods(admitted, phase, (cond or {}).get("reason", ""), message, pods, POD_ECHOES,
-                         fallback="" if admitted else "PodGroupPending", echoes_are_progress=True)
+                         fallback="" if admitted else GANG_GROUP_PENDING, echoes_are_progress=True)
 
 
 def _admission_rule(group) -> str:

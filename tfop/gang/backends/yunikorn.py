@@ -68,8 +68,7 @@ class YunikornBackend(GangBackend):
     crds = ()  # YuniKorn ships no CRD to detect it by
     rbac_rules = ()
 
-    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int,
-                     shape: GangShape) -> PodMarkings:
+    def pod_markings(self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape) -> PodMarkings:
         labels = {APP_ID_LABEL: application_id(job), QUEUE_LABEL: shape.queue or DEFAULT_QUEUE}
         annotations = {}
         # Types outside the gang (minAvailable < total) run as ordinary app pods.

@@ -1,0 +1,202 @@
+"""One table of spec rules (tfop.api.rules), the shared checks, and what `tfop validate` reports."""
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from core_fixtures import container, pod_template, rspec, tfjob
+from gang_fixtures import job, replica, seed003, template
+from tfop.api import rules
+from tfop.api.normalize import normalize
+from tfop.api.validation import ERROR, WARNING, Problem, quantity_problems, template_quantity_problems
+from tfop.gang.shape import shape_problems
+from tfop.tools import crd
+from tfop.tools.cli import cli
+
+
+# ------------------------------------------------------------ the table and the CRD
+def _schema_node(path):
+    node = crd.schema_for("v1")
+    for key in filter(None, path.split(".")):
+        node = node["properties"][key]
+    return node
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=[r.message[:40] for r in rules.RULES])
+def test_every_rule_is_in_the_crd_where_the_table_says(rule):
+    want = {"rule": rule.cel, "message": rule.message}
+    if rule.field_path:
+        want["fieldPath"] = rule.field_path
+    for at in rule.at:
+        assert want in _schema_node(at)["x-kubernetes-validations"], at
+
+
+def test_the_crd_has_no_rule_outside_the_table():
+    in_table = {(at, r.cel, r.message) for r in rules.RULES for at in r.at}
+    paths = [""] + [f"{rules.REPLICA_SPECS}.{k}" for k in rules.REPLICA_KEYS] + [rules.REPLICA_SPECS]
+    in_crd = {(at, v["rule"], v["message"]) for at in paths
+              for v in _schema_node(at).get("x-kubernetes-validations", [])}
+    assert in_crd == in_table
+
+
+# (rule, node, does the Python twin hold)
+HOLDS = [
+    (rules.NAME, {"metadata": {"name": "mnist-1"}}, True),
+    (rules.NAME, {"metadata": {}}, True),  # !has(self.metadata.name)
+    (rules.NAME, {"metadata": {"name": "Mnist"}}, False),
+    (rules.NAME, {"metadata": {"name": "mnist-"}}, False),
+    (rules.NAME, {"metadata": {"name": "a" * 63}}, True),
+    (rules.NAME, {"metadata": {"name": "a" * 64}}, False),
+    (rules.NOT_EMPTY, {}, False),
+    (rules.NOT_EMPTY, {"Worker": {}}, True),
+    (rules.DECLARED_KEYS, {"Worker": {}, "ps": {}}, True),
+    (rules.DECLARED_KEYS, {"WORKER": {}}, False),
+    (rules.ONE_SPELLING, {"Worker": {}, "worker": {}}, False),
+    (rules.ONE_SPELLING, {"Worker": {}, "ps": {}}, True),
+    (rules.ONE_CHIEF, {"chief": {}, "Master": {}}, False),
+    (rules.ONE_CHIEF, {"Chief": {}, "Worker": {}}, True),
+    (rules.ONE_CHIEF_REPLICA, {"replicas": 2}, False),
+    (rules.ONE_CHIEF_REPLICA, {"replicas": 1}, True),
+    (rules.ONE_CHIEF_REPLICA, {}, True),
+    (rules.ONE_CHIEF_REPLICA, {"replicas": "2"}, True),  # the schema's to report
+    (rules.ONE_EVALUATOR_REPLICA, {"replicas": 0}, True),
+    (rules.ONE_EVALUATOR_REPLICA, {"replicas": 3}, False),
+]
+
+
+@pytest.mark.parametrize("rule,node,holds", HOLDS)
+def test_python_twin(rule, node, holds):
+    assert rule.holds(node) is holds
+
+
+# (description, raw job, fields crd.rule_problems names, fields normalize names)
+SHARED = [
+    ("two chiefs", tfjob({"Chief": 1, "Master": 1}),
+     ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs"]),
+    ("chief replicas 2", tfjob({"Chief": 2, "Worker": 1}),
+     ["spec.tfReplicaSpecs.Chief.replicas"], ["spec.tfReplicaSpecs.Chief.replicas"]),
+    ("lower-case evaluator replicas 2", tfjob({"evaluator": 2, "Worker": 1}),
+     ["spec.tfReplicaSpecs.evaluator.replicas"], ["spec.tfReplicaSpecs.evaluator.replicas"]),
+    ("no replica types", tfjob({}), ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs"]),
+    ("bad name", tfjob(name="Bad_Name"), ["metadata.name"], ["metadata.name"]),
+    # where the operator deliberately reads more than the CRD admits
+    ("upper-case key", tfjob({"WORKER": 1}), ["spec.tfReplicaSpecs.WORKER"], []),
+    ("chief and master in lower case", tfjob({"chief": 1, "master": 1}),
+     ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs"]),
+    ("one type in two cases", tfjob({"Worker": 1, "worker": 1}),
+     ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs.worker"]),
+    ("no name", tfjob(name=None), [], ["metadata.name"]),
+]
+
+
+@pytest.mark.parametrize("desc,obj,crd_fields,normalize_fields", SHARED, ids=[r[0] for r in SHARED])
+def test_crd_rules_and_normalize_share_the_table(desc, obj, crd_fields, normalize_fields):
+    assert [p.field for p in crd.rule_problems(obj)] == crd_fields
+    assert [p.field for p in normalize(obj).problems] == normalize_fields
+
+
+# ------------------------------------------------------------ quantities, checked in one place
+F = "spec.tfReplicaSpecs.Worker.template"
+QUANTITIES = [
+    ({"spec": {"containers": [container(resources={"limits": {"cpu": "2", "memory": "1Gi"}})]}}, []),
+    ({"spec": {"containers": [container(resources={"limits": {"cpu": "x"}, "requests": {"cpu": 1.5}})]}},
+     [Problem(f"{F}.spec.containers[0].resources.limits.cpu", "'x' is not a Kubernetes quantity")]),
+    ({"spec": {"containers": [container()],
+               "initContainers": [container(name="init", resources={"requests": {"memory": "1 Gi"}})]}},
+     [Problem(f"{F}.spec.initContainers[0].resources.requests.memory", "'1 Gi' is not a Kubernetes quantity")]),
+    ({"spec": {"containers": [container(resources="lots")]}}, []),  # a mistyped resources is the schema's
+    ({}, []),
+]
+
+
+@pytest.mark.parametrize("tmpl,expected", QUANTITIES)
+def test_template_quantity_problems(tmpl, expected):
+    assert template_quantity_problems(F, tmpl) == expected
+
+
+def test_quantity_problems_with_examples():
+    assert quantity_problems("x", {"cpu": True}, examples=True) == [
+        Problem("x.cpu", "True is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")]
+
+
+# ------------------------------------------------------------ the gang shape offline
+PRIO = {"high": 1000}
+MIN_AVAILABLE = Problem("spec.runPolicy.schedulingPolicy.minAvailable",
+                        "minAvailable 6 exceeds the job's 5 replicas, so the gang could never start; "
+                        "set it to at most 5 or remove it", WARNING)
+
+
+def _pc(name):
+    return template(priorityClassName=name)
+
+
+# (description, job, priority values or None when unknown, [(field, severity)])
+SHAPE = [
+    ("minAvailable too high, cluster unknown", seed003(min_available=6), None, [MIN_AVAILABLE]),
+    ("missing PriorityClass, cluster known", seed003(priority_class="vip"), PRIO,
+     [Problem("spec.runPolicy.schedulingPolicy.priorityClass",
+              "PriorityClass vip not found; create it or remove it", WARNING)]),
+    ("missing PriorityClass, cluster unknown", seed003(priority_class="vip"), None, []),
+    ("template PriorityClass, cluster unknown",
+     job(replica("PS", 1, _pc("gone")), replica("Worker", 1, _pc("gone"))), None, []),
+    ("mixed priorities block even offline",
+     job(replica("PS", 1, _pc("high")), replica("Worker", 1, _pc(None))), None,
+     [Problem("spec.tfReplicaSpecs.Worker.template.spec.priorityClassName",
+              "pods of one gang must share one priority, but Worker uses none and PS uses 'high'; "
+              "give every replica type the same priorityClassName, or none", ERROR)]),
+]
+
+
+@pytest.mark.parametrize("desc,tfjob_,values,expected", SHAPE, ids=[r[0] for r in SHAPE])
+def test_shape_problems_with_and_without_the_cluster(desc, tfjob_, values, expected):
+    assert shape_problems(tfjob_, values) == expected
+
+
+# ------------------------------------------------------------ `tfop validate`
+GANG = "spec.runPolicy.schedulingPolicy"
+PRIORITY = "spec.tfReplicaSpecs.{}.template.spec.priorityClassName"
+TOO_MANY = ("minAvailable 3 exceeds the job's 2 replicas, so the gang could never start; "
+            "set it to at most 2 or remove it")
+MIXED = ("pods of one gang must share one priority, but Worker uses none and PS uses 'high'; "
+         "give every replica type the same priorityClassName, or none")
+
+# (description, job, exit code, [(field, printed message)])
+VALIDATE = [
+    ("minAvailable above the replicas: a warning only",
+     tfjob({"Worker": 2}, run_policy={"schedulingPolicy": {"minAvailable": 3}}), 0,
+     [(f"{GANG}.minAvailable", f"warning: {TOO_MANY}")]),
+    ("PriorityClasses are not checked offline",
+     tfjob({"Worker": rspec(2, template=pod_template(priorityClassName="vip"))},
+           run_policy={"schedulingPolicy": {"priorityClass": "vip"}}), 0, []),
+    ("minResources that is no quantity",
+     tfjob({"Worker": 2}, run_policy={"schedulingPolicy": {"minResources": {"memory": "1 Gi"}}}), 1,
+     [(f"{GANG}.minResources.memory", "'1 Gi' is not a Kubernetes quantity")]),
+    ("mixed priorities",
+     tfjob({"PS": rspec(1, template=pod_template(priorityClassName="high")), "Worker": 1}), 1,
+     [(PRIORITY.format("Worker"), MIXED)]),
+    ("a warning and an error",
+     tfjob({"Worker": 2}, run_policy={"schedulingPolicy": {"minAvailable": 3, "minResources": {"cpu": "many"}}}),
+     1, [(f"{GANG}.minAvailable", f"warning: {TOO_MANY}"),
+         (f"{GANG}.minResources.cpu", "'many' is not a Kubernetes quantity")]),
+    ("a bad pod quantity is reported once, at the key as written",
+     tfjob({"worker": rspec(template=pod_template(container(resources={"limits": {"cpu": "x"}})))}), 1,
+     [("spec.tfReplicaSpecs.worker.template.spec.containers[0].resources.limits.cpu",
+       "'x' is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")]),
+]
+
+
+@pytest.mark.parametrize("desc,obj,code,expected", VALIDATE, ids=[r[0] for r in VALIDATE])
+def test_validate_reports_the_gang_shape(tmp_path, desc, obj, code, expected):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    result = CliRunner().invoke(cli, ["validate", "-f", str(path), "--gang-scheduler-name", "volcano"])
+    name = obj["metadata"]["name"]
+    assert result.output.splitlines() == [f"{path}: {name}: {field}: {message}" for field, message in expected]
+    assert result.exit_code == code
+
+
+@pytest.mark.parametrize("desc,obj,code,expected", VALIDATE[:4], ids=[r[0] for r in VALIDATE[:4]])
+def test_validate_without_gang_flags_skips_the_gang_rules(tmp_path, desc, obj, code, expected):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    result = CliRunner().invoke(cli, ["validate", "-f", str(path)])
+    assert (result.output, result.exit_code) == ("", 0)
