@@ -10,9 +10,9 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 
 from tfop.api import conditions as S
-from tfop.build.pod import PodOptions, build_pod
-from tfop.build.service import build_service
-from tfop.build.templates import Templates
+from tfop.children.pod import PodOptions, build_pod
+from tfop.children.service import build_service
+from tfop.children.templates import Templates
 from tfop.api.model import TFJob, pod_name
 from tfop.api.normalize import normalize
 from tfop.core.context import Context, Observed

@@ -1,4 +1,4 @@
-"""The layering contract: api <- gang <- build <- core <- runtime and tools; kube beside them.
+"""The layering contract: api <- gang <- children <- core <- runtime and tools; kube beside them.
 
 Each layer imports only the layers listed for it, so the pure core never reaches
 the API client and no layer imports one above it. Checked from the source text,
@@ -16,11 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tfop"
 ALLOWED = {
     "api": set(),
     "gang": {"api"},
-    "build": {"api", "gang"},
-    "core": {"api", "gang", "build"},
+    "children": {"api", "gang"},
+    "core": {"api", "gang", "children"},
     "kube": {"api"},
-    "runtime": {"api", "gang", "build", "core", "kube"},
-    "tools": {"api", "gang", "build", "core", "kube", "runtime"},
+    "runtime": {"api", "gang", "children", "core", "kube"},
+    "tools": {"api", "gang", "children", "core", "kube", "runtime"},
 }
 TOP_LEVEL_FILES = {"__init__.py", "__main__.py"}
 
@@ -73,7 +73,7 @@ def test_an_upward_import_is_caught(tmp_path):
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "bad.py").write_text("from tfop.runtime.controller import Controller\n")
     assert upward_imports(tmp_path) == [
-        "tfop/core/bad.py: imports tfop.runtime.controller (core may import ['api', 'build', 'gang'])"]
+        "tfop/core/bad.py: imports tfop.runtime.controller (core may import ['api', 'children', 'gang'])"]
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))

@@ -4,8 +4,8 @@ import pytest
 
 from core_fixtures import TEMPLATES, UID, container, model, pod_template, rspec, tfjob
 from seeds import seed_jobs
-from tfop.build.pod import PodOptions, build_pod
-from tfop.build.service import build_service
+from tfop.children.pod import PodOptions, build_pod
+from tfop.children.service import build_service
 from tfop.gang.base import PodMarkings
 from tfop.api.normalize import normalize
 

@@ -8,7 +8,7 @@ from core_fixtures import (
     pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
 from tfop.api import conditions as S
-from tfop.build.pod import PodOptions
+from tfop.children.pod import PodOptions
 from tfop.gang.registry import load_backend
 from tfop.core.plan import Event
 from tfop.core.context import Observed

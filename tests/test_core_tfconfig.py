@@ -4,7 +4,7 @@ import json
 import pytest
 
 from core_fixtures import container, model, pod_template, rspec, tfjob
-from tfop.build.tfconfig import cluster_spec, tf_config
+from tfop.children.tfconfig import cluster_spec, tf_config
 
 
 def _job(replicas, **spec):

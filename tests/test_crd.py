@@ -12,7 +12,7 @@ import pytest
 from seeds import seed_jobs
 from tfop.api import rules as spec_rules
 from tfop.tools import crd, crdgen
-from tfop.build.resources import resource_path
+from tfop.children.resources import resource_path
 
 MAX_CRD_JSON_BYTES = int(1.3 * 1024 * 1024)  # etcd takes at most 1.5 MiB per request
 VERSIONS = ["v1", "v1beta1", "v1alpha2"]

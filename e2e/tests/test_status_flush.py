@@ -1,6 +1,6 @@
 """Held statuses are written when the operator stops, on the real apiserver.
 
-The controller holds progress-only status changes (tfop/operator/holding.py);
+The controller holds progress-only status changes (tfop/runtime/holding.py);
 on SIGTERM, main.py's cleanup calls Controller.flush_statuses so the job's
 status does not lag behind by an operator restart. No operator runs in this
 namespace, so only the flush can have written what the test reads back.

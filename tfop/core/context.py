@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from tfop.build.templates import Templates
+from tfop.children.templates import Templates
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from tfop.api.model import TFJob
 from tfop.api.validation import Problem
-from tfop.core import children, lifecycle
+from tfop.core import lifecycle, replicas
 from tfop.core.context import Context, Observed
 from tfop.core.draft import Draft
 from tfop.core.failures import handle_failures
@@ -47,8 +47,8 @@ def _run_active(draft: Draft, ctx: Context) -> bool:
     shape, state = gang
     if not handle_failures(draft, ctx, shape):
         return False
-    children.ensure_services(draft, ctx)
+    replicas.ensure_services(draft, ctx)
     if state.admitted or ctx.pods_before_admission:
-        children.create_missing_pods(draft, ctx, shape)
-    children.scale_down(draft)
+        replicas.create_missing_pods(draft, ctx, shape)
+    replicas.scale_down(draft)
     return not lifecycle.record_progress(draft)

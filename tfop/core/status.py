@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tfop.api import conditions
-from tfop.build.labels import replica_selector
+from tfop.children.labels import replica_selector
 from tfop.core.draft import Draft
 from tfop.core.summary import summary_event
 

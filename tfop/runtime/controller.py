@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from tfop.api import conditions
 from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME, PLURAL
 from tfop.api.normalize import normalize
-from tfop.build.templates import Templates
+from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.outcomes import FailedWrite, conclude, needs_retry
 from tfop.core.reconcile import reconcile

@@ -1,6 +1,6 @@
 """Watch one kind of child object by label and keep a trimmed copy of each in memory.
 
-Only the fields a reconcile reads are kept (tfop/operator/trim.py: metadata and
+Only the fields a reconcile reads are kept (tfop/kube/trim.py: metadata and
 the parts of the status it reads, never the pod spec), so thousands of pods cost
 little memory. Every change wakes the
 reconcile of the job the object belongs to.

@@ -73,7 +73,7 @@ def _load(files) -> list[tuple[str, dict]]:
 
 
 def _context(enable, gang_name, scheduler_name):
-    from tfop.build.templates import Templates
+    from tfop.children.templates import Templates
     from tfop.core.context import Context
 
     try:  # offline: no CRDs to read, so `auto` is refused with the reason

@@ -17,7 +17,7 @@ import yaml
 from tfop.api.constants import GROUP, KIND, PLURAL
 from tfop.api.rules import RULES
 from tfop.api.validation import Problem
-from tfop.build.resources import resource_path
+from tfop.children.resources import resource_path
 
 CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
 

@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from tfop.build.resources import resource_path
+from tfop.children.resources import resource_path
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
 from tfop.gang.registry import backend_from_flags
 from tfop.tools import rbac

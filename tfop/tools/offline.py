@@ -6,7 +6,7 @@ from typing import Any, Iterable, Mapping
 
 from tfop.api.normalize import is_tfjob, normalize
 from tfop.api.validation import Problem
-from tfop.build.templates import Templates
+from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.reconcile import reconcile
 from tfop.gang.shape import shape_problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jinja2
 import yaml
 
-from tfop.build.resources import resource_path
+from tfop.children.resources import resource_path
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

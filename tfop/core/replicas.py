@@ -4,8 +4,8 @@ from __future__ import annotations
 from tfop.api import pods
 from tfop.api.constants import ANNOTATION_GANG_GENERATION
 from tfop.api.model import ReplicaSpec, pod_name
-from tfop.build.pod import PodOptions, build_pod
-from tfop.build.service import build_service
+from tfop.children.pod import PodOptions, build_pod
+from tfop.children.service import build_service
 from tfop.core.context import Context
 from tfop.core.draft import Draft
 from tfop.gang.base import GangShape

@@ -3,10 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfop.api.constants import DEFAULT_CONTAINER, DEFAULT_PORT, DEFAULT_PORT_NAME, LABEL_INDEX, LABEL_JOB, LABEL_OPERATOR, LABEL_TYPE
+from tfop.api.constants import (
+    DEFAULT_CONTAINER,
+    DEFAULT_PORT,
+    DEFAULT_PORT_NAME,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_OPERATOR,
+    LABEL_TYPE,
+)
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
-from tfop.build.labels import replica_labels
-from tfop.build.templates import Templates
+from tfop.children.labels import replica_labels
+from tfop.children.templates import Templates
 
 
 def tensorflow_ports(replica: ReplicaSpec) -> list[dict[str, Any]]:

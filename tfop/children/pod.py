@@ -7,9 +7,9 @@ from typing import Any, Mapping
 
 from tfop.api.constants import DEFAULT_CONTAINER, DEFAULT_PORT, DEFAULT_PORT_NAME
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
-from tfop.build.labels import replica_labels
-from tfop.build.templates import Templates
-from tfop.build.tfconfig import tf_config
+from tfop.children.labels import replica_labels
+from tfop.children.templates import Templates
+from tfop.children.tfconfig import tf_config
 from tfop.gang.base import PodMarkings
 
 
