@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tfop.api.constants import (
     CHIEF_TYPES,
+    GROUP,
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_OPERATOR,
@@ -28,7 +29,7 @@ def replica_labels(job: TFJob, replica: ReplicaSpec, index: int) -> dict[str, st
     labels = {
         **replica_selector(job.name, replica),
         LABEL_INDEX: str(index),
-        LEGACY_GROUP_LABEL: "kubeflow.org",
+        LEGACY_GROUP_LABEL: GROUP,
     }
     for key in LEGACY_LABELS["job"]:
         labels[key] = job.name.replace("/", "-")

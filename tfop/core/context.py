@@ -26,5 +26,5 @@ class Context:
     backend: GangBackend | None = None  # None: gang scheduling is off
     # Create pods while the group still waits for admission (no webhook refuses them): the scheduler
     # then admits and binds the gang in one cycle instead of two. Settled from
-    # Settings.pods_before_admission (a mode) by the runtime's probe at start.
+    # Settings.pods_before_admission_mode by the runtime's probe at start.
     pods_before_admission: bool = False

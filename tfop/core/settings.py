@@ -25,7 +25,7 @@ class Settings:
     max_concurrent_requests: int = 64
     # Create a gang's pods before its scheduler admits the group (Volcano): "auto" does when no
     # admission webhook would refuse them (probed with a dry-run pod at start), "always", "never".
-    pods_before_admission: str = "auto"
+    pods_before_admission_mode: str = "auto"
     # Client-side cap on requests per second (0 = none: the apiserver's priority-and-fairness decides).
     qps: float = 0.0
 

@@ -104,8 +104,8 @@ class Controller:
 
     # -- start --------------------------------------------------------------------
     async def decide_pods_before_admission(self) -> None:
-        """Settle Context.pods_before_admission once, at start (see Settings.pods_before_admission)."""
-        mode = self.settings.pods_before_admission
+        """Settle Context.pods_before_admission once, at start (see Settings.pods_before_admission_mode)."""
+        mode = self.settings.pods_before_admission_mode
         namespace = (list(self.settings.namespaces) or ["default"])[0]
         probe = self.backend.admission_probe(namespace) if self.backend else None
         if mode == "never" or probe is None:

@@ -5,7 +5,7 @@ import asyncio
 import logging
 import sys
 
-from tfop.api.constants import GROUP, PLURAL, STORAGE_VERSION
+from tfop.api.constants import FINALIZER, GROUP, PLURAL, STORAGE_VERSION
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 from tfop.kube.client import Credentials, KubeClient
@@ -69,7 +69,7 @@ def build_registry(controller_ref: list, credentials: Credentials) -> kopf.Opera
         # Our namespaces are exact names and the CRD is known: no need to list namespaces or CRDs.
         settings.scanning.disabled = True
         settings.watching.server_timeout = 290
-        settings.persistence.finalizer = "tfop.kubeflow.org/finalizer"  # never added: no on.delete handlers
+        settings.persistence.finalizer = FINALIZER
 
     @kopf.on.event(GROUP, STORAGE_VERSION, PLURAL, registry=registry)
     def on_tfjob(event, **_):

@@ -46,7 +46,7 @@ def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces,
         enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
         gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
         namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
-        max_concurrent_requests=max_concurrent_requests, pods_before_admission=pods_before_admission,
+        max_concurrent_requests=max_concurrent_requests, pods_before_admission_mode=pods_before_admission,
     )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from tfop.api.constants import LABEL_TYPE
 from tfop.api.normalize import is_tfjob, normalize
 from tfop.api.validation import Problem
 from tfop.children.templates import Templates
@@ -78,7 +79,7 @@ def pod_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
         try:
             kubernetes_validate.validate(child, kubernetes_validate.latest_version(), strict=True)
         except kubernetes_validate.ValidationError as err:
-            rtype = child["metadata"]["labels"].get("training.kubeflow.org/replica-type", "?")
+            rtype = child["metadata"]["labels"].get(LABEL_TYPE, "?")
             parts = list(err.path)
             if parts[:1] == ["spec"]:
                 parts = parts[1:]

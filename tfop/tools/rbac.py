@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from tfop.api.constants import GROUP, PLURAL
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE
 from tfop.gang.base import GangBackend
 
@@ -24,9 +25,9 @@ LABELS = {"app.kubernetes.io/name": "tfop", "app.kubernetes.io/part-of": "tfop"}
 BASE_RULES: tuple[dict, ...] = (
     # Reconcile; delete is for ttlSecondsAfterFinished; update/patch for kopf's
     # finalizer and progress annotations.
-    {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"],
+    {"apiGroups": [GROUP], "resources": [PLURAL],
      "verbs": ["delete", "get", "list", "patch", "update", "watch"]},
-    {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs/status"],
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
      "verbs": ["get", "patch", "update"]},
     # Children: created from the job, deleted by cleanPodPolicy and restarts.
     {"apiGroups": [""], "resources": ["pods", "services"],
