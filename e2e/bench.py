@@ -203,7 +203,7 @@ class Bench:
                 del ops[("POST", "tfjobs")]
         reads = {f"{v} {r}": n for (v, r), n in operator_requests(delta, writes_only=False).items()
                  if v not in ("POST", "PUT", "PATCH", "DELETE", "APPLY")}
-        events = sum(n for (v, r), n in ops.items() if r == "events")
+        events = await admin.job_events(ns)
         writes = sum(n for (v, r), n in ops.items() if r != "events")
         result = {
             "row": label, "namespace": ns, "jobs": J, "pods": J * self.pods_per_job,

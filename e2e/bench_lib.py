@@ -101,6 +101,13 @@ class Admin:
     async def __aexit__(self, *exc) -> None:
         await self.client.__aexit__(*exc)
 
+    async def job_events(self, namespace: str) -> int:
+        """Events on the namespace's TFJobs: the operator's own (schedulers and kubelets post on pods
+        and groups; apiserver_request_total cannot tell who posted, and counts other namespaces too)."""
+        listing = await self.client.list("v1", "events", namespace)
+        return sum(int(e.get("count") or 1) for e in listing.get("items") or []
+                   if (e.get("involvedObject") or {}).get("kind") == "TFJob")
+
     async def metrics(self) -> Counter:
         return parse_request_totals(await self.client.request("GET", "/metrics", timeout=60))
 
