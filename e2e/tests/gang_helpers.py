@@ -308,8 +308,9 @@ def all_running(api: Api, job: dict) -> bool:
 
 def wait_all_running(api: Api, job: dict, timeout: float = 60) -> dict[str, str]:
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-    wait_until(lambda: all_running(api, job), timeout, f"every pod of {name} Running",
-               lambda: phases(api, ns, name))
+    def seen() -> dict:  # the pods, and why the gang waits as the job says (the scheduler's words)
+        return {**phases(api, ns, name), "status.gang": ((api.tfjob(ns, name) or {}).get("status") or {}).get("gang")}
+    wait_until(lambda: all_running(api, job), timeout, f"every pod of {name} Running", seen)
     return phases(api, ns, name)
 
 
