@@ -53,6 +53,24 @@ YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster pe
 VOLCANO_ADMISSIONS = ("/pods/validate", "/podgroups/validate")
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.0.0.0/24"
+# On top of the apiserver's default plugins. OwnerReferencesPermissionEnforcement (on in
+# OpenShift): setting blockOwnerDeletion on a child needs `update` on its owner's finalizers,
+# so every test proves the operator's ClusterRole grants it.
+EXTRA_ADMISSION_PLUGINS = ("OwnerReferencesPermissionEnforcement",)
+# DIR/AUDIT_LOG: one JSON line per request of a ServiceAccount (Metadata level: who, verb,
+# object, response code), so a test can compare what the operator did with what its role grants.
+AUDIT_LOG = "audit.log"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+    "omitStages": ["RequestReceived"],  # each request once, when answered (watches: when started)
+    "rules": [
+        # kube-controller-manager acts as ServiceAccounts of kube-system: not under test, and most
+        # of the traffic.
+        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
+}
 
 VOLCANO_CONF = """\
 actions: "enqueue, allocate, backfill"
@@ -191,7 +209,7 @@ class Cluster:
         for sub in ("etcd", "pki", "logs", "kubeconfigs", "sa-kubeconfigs"):
             _rmtree(self.dir / sub)
         for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml",
-                  "koordinator.yaml"):
+                  "koordinator.yaml", "audit-policy.yaml", AUDIT_LOG):
             (self.dir / f).unlink(missing_ok=True)
         try:
             self.dir.rmdir()
@@ -270,6 +288,7 @@ class Cluster:
     def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float) -> None:
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
             _rmtree(self.dir / sub)
+        (self.dir / AUDIT_LOG).unlink(missing_ok=True)  # the apiserver appends: no earlier cluster's lines
         for sub in ("logs", "kubeconfigs", "etcd"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
@@ -294,6 +313,7 @@ class Cluster:
         self._wait_http("etcd", f"{etcd_url}/health", timeout)
 
         pk = self.pki
+        (d / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         self._spawn("kube-apiserver", [
             build.binary("kube-apiserver"), "--etcd-servers", etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -307,6 +327,9 @@ class Cluster:
             # No real network: don't publish a loopback address as the
             # `kubernetes` Service endpoint (validation rejects it anyway).
             "--endpoint-reconciler-type", "none",
+            "--enable-admission-plugins", ",".join(EXTRA_ADMISSION_PLUGINS),
+            "--audit-policy-file", d / "audit-policy.yaml", "--audit-log-path", d / AUDIT_LOG,
+            "--audit-log-format", "json", "--audit-log-mode", "blocking",  # written before the answer
             "--enable-priority-and-fairness=false", "--profiling=false"])
         self._wait_http("kube-apiserver", f"{server}/readyz", timeout, admin=True)
 

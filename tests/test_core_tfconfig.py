@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from core_fixtures import container, model, pod_template, rspec, tfjob
-from tfop.children.tfconfig import cluster_spec, tf_config
+from core_fixtures import TEMPLATES, container, model, pod_template, rspec, tfjob
+from tfop.children.pod import PodOptions, build_pod
+from tfop.children.tfconfig import ClusterConfig, cluster_spec, tf_config
 
 
 def _job(replicas, **spec):
@@ -65,3 +66,54 @@ def test_tf_config(desc, job, rtype, index, domain, expected):
 def test_cluster_spec_lists_zero_replica_types_empty():
     job = _job({"PS": 0, "Worker": 2})
     assert cluster_spec(job) == {"ps": [], "worker": ["tf-job-worker-0.ml.svc:2222", "tf-job-worker-1.ml.svc:2222"]}
+
+
+# ------------------------------------------------------------ the cluster part written once per job
+def _reference(job, rtype, index, domain=""):
+    """TF_CONFIG as it was built per pod before ClusterConfig: the whole body through json.dumps."""
+    if job.total_replicas == 1:
+        return None
+    full = cluster_spec(job, domain)
+    cluster = full
+    if job.dynamic_worker:
+        cluster = {"ps": full.get("ps", [])}
+        if rtype.lower() == "worker":
+            cluster["worker"] = {str(index): full["worker"][index]}
+    body = {"cluster": dict(sorted(cluster.items())), "task": {"type": rtype.lower(), "index": index},
+            "environment": "cloud"}
+    return json.dumps(body, separators=(",", ":"))
+
+
+SAME_BYTES = [  # (description, job, cluster domain)
+    ("2 PS + 4 workers", PS2_W4, ""),
+    ("chief, worker, evaluator", CWE, ""),
+    ("ports per type", PORTS, "cluster.local"),
+    ("dynamic workers", DYN, ""),
+    ("dynamic workers without PS", _job({"Chief": 1, "Worker": 3}, enableDynamicWorker=True), ""),
+    ("dynamic PS only", _job({"PS": 2}, enableDynamicWorker=True), "example.org"),
+    ("every type, one at 0", _job({"Master": 1, "PS": 3, "Worker": 12, "Evaluator": 0}), ""),
+    ("single pod", _job({"Worker": 1}), ""),
+    ("many workers", _job({"PS": 3, "Worker": 150}), ""),
+]
+
+
+@pytest.mark.parametrize("desc,job,domain", SAME_BYTES, ids=[r[0] for r in SAME_BYTES])
+def test_cluster_config_is_byte_identical_to_the_per_pod_body(desc, job, domain):
+    config = ClusterConfig(job, domain)
+    for replica in job.replicas:
+        for index in range(replica.replicas):
+            expected = _reference(job, replica.type, index, domain)
+            assert config.for_task(replica.type, index) == expected, (replica.type, index)
+            assert tf_config(job, replica.type, index, domain) == expected
+
+
+def test_pods_of_one_pass_share_the_cluster_text():
+    """build_pod with the pass's ClusterConfig writes exactly what it writes alone."""
+    config = ClusterConfig(PS2_W4)
+    for rtype, index in [("PS", 1), ("Worker", 0), ("Worker", 3)]:
+        replica = PS2_W4.replica(rtype)
+        shared = build_pod(TEMPLATES, PS2_W4, replica, index, PodOptions(cluster_config=config))
+        alone = build_pod(TEMPLATES, PS2_W4, replica, index, PodOptions())
+        assert shared == alone
+        env = {e["name"]: e["value"] for e in shared["spec"]["containers"][0]["env"]}
+        assert env["TF_CONFIG"] == _cfg(PS2_W4_CLUSTER, rtype.lower(), index)

@@ -213,6 +213,15 @@ def _set(path, value):
 
 
 RS = ("spec", "tfReplicaSpecs")
+
+
+def _resources(rtype, resources):
+    """Change: the resources of `rtype`'s tensorflow container (a copy: good_job's types share one)."""
+    def apply(job):
+        template = job["spec"]["tfReplicaSpecs"][rtype]["template"]["spec"]
+        template["containers"] = [{**template["containers"][0], "resources": resources}]
+    return apply
+
 BAD_JOBS = [  # (id, change, field, message fragment)
     ("two-chiefs", _set(RS + ("Master",), {"replicas": 1}),
      "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
@@ -258,6 +267,15 @@ BAD_JOBS = [  # (id, change, field, message fragment)
      "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
     ("lower-case-chief-replicas-2", _lower_case("Chief", replicas=2),
      "spec.tfReplicaSpecs.chief.replicas", spec_rules.MSG_CHIEF_REPLICAS),
+    # bounded input: no tenant's job can cost the operator (or etcd) without bound
+    ("total-replicas-over-maximum", _set(RS + ("PS",), {"replicas": spec_rules.MAX_JOB_REPLICAS}),
+     "spec.tfReplicaSpecs", spec_rules.MSG_TOTAL_REPLICAS),
+    ("cpu-exponent-huge", _resources("Worker", {"limits": {"cpu": "1e10000000"}}),
+     "spec.tfReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu", "1e10000000"),
+    ("memory-request-too-long", _resources("Chief", {"requests": {"memory": "1" * 65}}),
+     "spec.tfReplicaSpecs.Chief.template.spec.containers[0].resources.requests.memory", "1" * 65),
+    ("min-resources-too-long", _set(("spec", "runPolicy", "schedulingPolicy", "minResources", "cpu"), "1" * 65),
+     "spec.runPolicy.schedulingPolicy.minResources.cpu", "1" * 65),
 ]
 
 
@@ -286,6 +304,31 @@ def test_bad_jobs_are_rejected(version, change, field, message):
     problems = crd.schema_problems(job)
     assert [p.field for p in problems] == [field], problems
     assert message in problems[0].message
+
+
+@pytest.mark.parametrize("key", ["Worker", "ps"])
+def test_replicas_above_the_maximum_are_refused_by_type_and_in_total(key):
+    job = good_job()
+    _set(RS + (key,), {"replicas": 100_000})(job)
+    problems = crd.schema_problems(job)
+    assert [p.field for p in problems] == [f"spec.tfReplicaSpecs.{key}.replicas", "spec.tfReplicaSpecs"]
+    assert f"less than or equal to {spec_rules.MAX_REPLICAS_PER_TYPE}" in problems[0].message
+    assert problems[1].message == spec_rules.MSG_TOTAL_REPLICAS
+
+
+def test_replicas_at_the_maximum_are_valid():
+    job = good_job()
+    del job["spec"]["tfReplicaSpecs"]["Chief"]
+    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = spec_rules.MAX_JOB_REPLICAS
+    assert crd.schema_problems(job) == []
+
+
+# "abc" too: only what is costly is bounded at admission; the operator reports a non-quantity by field.
+@pytest.mark.parametrize("value", ["500m", "1.5Gi", "1e3", "12e-3", "1e99", "1E", " 2 ", "+1", ".5", "abc"])
+def test_quantities_within_the_bounds_are_valid(value):
+    job = good_job()
+    _resources("Worker", {"limits": {"cpu": value}, "requests": {"cpu": 1}})(job)
+    assert crd.schema_problems(job) == []
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -328,7 +371,7 @@ def test_cel_rules_in_crd_match_python_messages():
     rs = _replica_specs()
     messages = {r["message"] for r in rs["x-kubernetes-validations"]}
     assert messages == {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
-                        spec_rules.MSG_ONE_CHIEF}
+                        spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_TOTAL_REPLICAS}
     for key in spec_rules.REPLICA_KEYS:
         rules = rs["properties"][key].get("x-kubernetes-validations", [])
         want = ({spec_rules.MSG_CHIEF_REPLICAS} if key in spec_rules.CHIEF_KEYS else
@@ -350,7 +393,7 @@ def test_good_job_deepcopy_is_untouched_by_validation():
 # else an apiserver named by TFOP_TEST_KUBECONFIG; skipped when neither is there.
 CEL_MESSAGES = {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
                 spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_CHIEF_REPLICAS,
-                spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_NAME}
+                spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_NAME, spec_rules.MSG_TOTAL_REPLICAS}
 
 
 def _kubectl_for(request):

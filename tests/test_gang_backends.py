@@ -47,7 +47,7 @@ def objects(backend, tfjob):
 
 
 PODS = [("PS", 0)] + [("Worker", i) for i in range(4)]
-VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+VERBS = ["create", "delete", "get", "list", "patch", "watch"]
 
 
 def same_for_all(markings):

@@ -69,7 +69,7 @@ def test_toggle_rules_keeps_foreign_rules():
     volcano, _ = registry.load_backend("volcano")
     foreign = {"apiGroups": ["x.io"], "resources": ["things"], "verbs": ["get"]}
     rules = toggle_rules([foreign], True, volcano)
-    assert rules[0] == foreign and len(rules) == 2
+    assert rules[0] == foreign and len(rules) == 4  # + priorityclasses, CRDs, podgroups
     assert toggle_rules(rules, False, volcano) == [foreign]
 
 
@@ -98,9 +98,13 @@ def test_describe_rules():
     volcano, _ = registry.load_backend("volcano")
     base = rbac.operator_rules(None)
     assert describe_rules(base, toggle_rules(base, True, volcano)) == [
-        "+ scheduling.volcano.sh podgroups [create delete get list patch update watch]"]
+        "+ scheduling.k8s.io priorityclasses [list watch]",
+        "+ apiextensions.k8s.io customresourcedefinitions [get list]",
+        "+ scheduling.volcano.sh podgroups [create delete get list patch watch]"]
     assert describe_rules(toggle_rules(base, True, volcano), base) == [
-        "- scheduling.volcano.sh podgroups [create delete get list patch update watch]"]
+        "- scheduling.k8s.io priorityclasses [list watch]",
+        "- apiextensions.k8s.io customresourcedefinitions [get list]",
+        "- scheduling.volcano.sh podgroups [create delete get list patch watch]"]
     assert describe_rules(base, base) == []
 
 
@@ -147,7 +151,9 @@ def test_apply_enable_twice_then_disable(fake):
     out = apply_gang(fake, True, "volcano")
     assert out == [
         "Deployment kubeflow/tfop: args += --enable-gang-scheduling --gang-scheduler-name volcano",
-        "ClusterRole tfop: + scheduling.volcano.sh podgroups [create delete get list patch update watch]",
+        "ClusterRole tfop: + scheduling.k8s.io priorityclasses [list watch]",
+        "ClusterRole tfop: + apiextensions.k8s.io customresourcedefinitions [get list]",
+        "ClusterRole tfop: + scheduling.volcano.sh podgroups [create delete get list patch watch]",
     ]
     assert fake.args == ON and len(fake.patches) == 2
     again = apply_gang(fake, True, "volcano")
@@ -170,7 +176,7 @@ def test_apply_switch_backend(fake):
 
 def test_apply_dry_run(fake):
     out = apply_gang(fake, True, "volcano", Target(), dry_run=True)
-    assert len(out) == 2 and fake.patches == [] and fake.args == OFF
+    assert len(out) == 4 and fake.patches == [] and fake.args == OFF  # args, then 3 rules
 
 
 @pytest.mark.cluster
@@ -194,8 +200,10 @@ def test_apply_gang_on_real_cluster(request):
     try:
         first = apply_gang(api, True, "volcano", target)
         assert first[0].endswith("args += --enable-gang-scheduling --gang-scheduler-name volcano")
-        assert first[1] == (f"ClusterRole {role_name}: + scheduling.volcano.sh podgroups "
-                            "[create delete get list patch update watch]")
+        assert first[1:] == [f"ClusterRole {role_name}: + {rule}" for rule in (
+            "scheduling.k8s.io priorityclasses [list watch]",
+            "apiextensions.k8s.io customresourcedefinitions [get list]",
+            "scheduling.volcano.sh podgroups [create delete get list patch watch]")]
         assert apply_gang(api, True, "volcano", target)[-1].startswith("nothing to do")
         volcano, _ = registry.load_backend("volcano")
         rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]

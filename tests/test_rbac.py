@@ -33,11 +33,34 @@ def test_base_rules_exact():
     assert ("kubeflow.org", "tfjobs", "delete") in perms
     assert ("kubeflow.org", "tfjobs/status", "patch") in perms
     assert ("", "pods", "create") in perms
-    assert ("events.k8s.io", "events", "create") in perms
+    assert ("", "events", "create") in perms
     assert not {p for p in perms if p[0] == "coordination.k8s.io"}  # no leader election
     assert ("", "pods", "update") not in perms
     assert ("", "secrets", "get") not in perms
     assert not rbac.has_wildcard(rbac.operator_rules(None))
+
+
+def test_base_rules_without_gang_reads():
+    """Gang off, the operator reads no PriorityClass and no CRD; it never GETs or updates a TFJob."""
+    perms = set(rbac.permissions(rbac.operator_rules(None)))
+    assert ("kubeflow.org", "tfjobs/finalizers", "update") in perms  # blockOwnerDeletion on children
+    assert not {p for p in perms if p[0] in ("scheduling.k8s.io", "apiextensions.k8s.io", "events.k8s.io")}
+    assert {p for p in perms if p[2] == "update"} == {("kubeflow.org", "tfjobs/finalizers", "update")}
+    assert not {p for p in perms if p[0] == "kubeflow.org" and p[2] == "get"}
+
+
+# backend -> its CRD reads: get (the start-up check of its group's CRD), list (`auto` may pick it)
+CRD_VERBS = {"volcano": ["get", "list"], "scheduler-plugins": ["get", "list"], "kube-batch": ["get", "list"],
+             "kube-arbitrator": ["get"], "koordinator": ["list"], "coscheduling": [], "yunikorn": []}
+
+
+@pytest.mark.parametrize("name", sorted(CRD_VERBS))
+def test_gang_rules_follow_the_backend(name):
+    backend, _ = registry.load_backend(name)
+    perms = set(rbac.permissions(rbac.operator_rules(backend)))
+    crd = sorted(v for g, r, v in perms if r == "customresourcedefinitions")
+    assert crd == CRD_VERBS[name]
+    assert {("scheduling.k8s.io", "priorityclasses", v) for v in ("list", "watch")} <= perms
 
 
 @pytest.mark.parametrize("name", registry.backend_names())

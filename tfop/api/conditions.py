@@ -16,6 +16,21 @@ REASON = {
     SUSPENDED: "TFJobSuspended",
 }
 RESUMED = "TFJobResumed"
+# tfop's own condition: True while something outside the job keeps it from creating its pods (a
+# name held by another object, a ResourceQuota, an admission webhook, a terminating namespace,
+# missing RBAC). Removed once that clears, so `kubectl get tfjob` never shows a stale Blocked.
+BLOCKED = "Blocked"
+# Longest condition and Event messages tfop writes: a status must always fit in one object, and
+# people read these (a cut message says how much was left out).
+MAX_CONDITION_MESSAGE = 2048
+MAX_EVENT_MESSAGE = 1024
+
+
+def capped(message: str, limit: int) -> str:
+    if len(message) <= limit:
+        return message
+    note = f" ... ({len(message) - limit} more characters)"
+    return message[:limit - len(note)] + note
 
 
 def timestamp(now: datetime) -> str:

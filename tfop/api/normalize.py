@@ -129,6 +129,10 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         if not is_whole_number(count):
             problems.append(Problem(f"{field}.replicas", f"{count!r} is not a whole number >= 0"))
             count = 0
+        elif count > rules.MAX_REPLICAS_PER_TYPE:  # stored before the CRD had its maximum
+            problems.append(Problem(f"{field}.replicas", f"{count} is more than the {rules.MAX_REPLICAS_PER_TYPE} "
+                                    "replicas a type may have: lower replicas or split the job"))
+            count = 0  # the job fails for it; its pods are never listed
         template = rspec.get("template") or {}
         policy = _restart_policy(rtype, field, rspec, template, notes, problems)
         _check_template(field, template, problems)
@@ -136,6 +140,10 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         keys[rtype] = key
     ordered = {t: found[t] for t in REPLICA_TYPES if t in found}
     _singleton_problems(ordered, keys, problems)
+    total = sum(r.replicas for r in ordered.values())
+    if not rules.TOTAL_REPLICAS.holds({t: {"replicas": r.replicas} for t, r in ordered.items()}):
+        problems.append(Problem(REPLICA_SPECS, f"the job asks for {total} pods, more than the "
+                                f"{rules.MAX_JOB_REPLICAS} a job may have: lower replicas or split the job"))
     return tuple(ordered.values())
 
 

@@ -31,6 +31,15 @@ REPLICA_KEYS = REPLICA_TYPES + KNOWN_TYPES_LOWER  # the declared spellings
 CHIEF_KEYS = tuple(k for t in CHIEF_TYPES for k in (t, t.lower()))
 EVALUATOR_KEYS = ("Evaluator", "evaluator")
 
+# Upper bounds on a job's size, so that no tenant's job can stop the operator or flood the cluster.
+# Every pod's TF_CONFIG lists every pod's host (~50 bytes each), so a job of N pods stores ~50*N^2
+# bytes in etcd: 5000 pods are ~1.25 GB, over half of etcd's default 2 GiB quota; 5000 is also the
+# node count Kubernetes is tested at. A job needing more can never work on a shared cluster (and the
+# biggest real TFJobs, a few thousand parameter-server workers, fit). The operator may be set lower
+# (`tfop run --max-pods-per-job`).
+MAX_REPLICAS_PER_TYPE = 5000  # the CRD's maximum of each replica type's replicas
+MAX_JOB_REPLICAS = 5000  # the sum over the replica types (TOTAL_REPLICAS)
+
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX = 63
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -45,6 +54,8 @@ MSG_DUPLICATE = ("spec.tfReplicaSpecs lists a replica type twice in different ca
 MSG_ONE_CHIEF = "spec.tfReplicaSpecs may have only one Chief or Master; remove the other"
 MSG_CHIEF_REPLICAS = "spec.tfReplicaSpecs.Chief/Master replicas must be 0 or 1"
 MSG_EVALUATOR_REPLICAS = "spec.tfReplicaSpecs.Evaluator replicas must be 0 or 1"
+MSG_TOTAL_REPLICAS = (f"spec.tfReplicaSpecs: a job may have at most {MAX_JOB_REPLICAS} pods, the sum of "
+                      "replicas over its replica types (unset counts 1); lower replicas or split the job")
 MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, "
             "digits or '-', starting with a letter and ending with a letter or digit")
 
@@ -105,6 +116,24 @@ def _at_most_one_replica(spec: Node) -> bool:
     return not isinstance(n, int) or isinstance(n, bool) or n <= 1  # a non-integer is the schema's
 
 
+def _replica_count(spec: Any) -> int:
+    """A replica type's pods as the operator counts them (unset: 1); a mistyped count is the schema's."""
+    if not isinstance(spec, Mapping):
+        return 0  # null: pruned by the apiserver, so CEL never sees it
+    n = spec.get("replicas", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+
+def _total_replicas(specs: Node) -> int:
+    return sum(_replica_count(specs.get(k)) for k in REPLICA_KEYS if k in specs)
+
+
+def _total_cel() -> str:
+    """CEL: the sum of replicas over the declared keys (unset replicas count 1, an absent type 0)."""
+    terms = [f"(has(self.{k}) ? (has(self.{k}.replicas) ? self.{k}.replicas : 1) : 0)" for k in REPLICA_KEYS]
+    return " + ".join(terms)
+
+
 def _under_specs(keys) -> tuple[str, ...]:
     return tuple(f"{REPLICA_SPECS}.{k}" for k in keys)
 
@@ -127,9 +156,12 @@ ONE_CHIEF_REPLICA = Rule(_under_specs(CHIEF_KEYS), _AT_MOST_ONE, MSG_CHIEF_REPLI
 ONE_EVALUATOR_REPLICA = Rule(_under_specs(EVALUATOR_KEYS), _AT_MOST_ONE, MSG_EVALUATOR_REPLICAS,
                              _at_most_one_replica, ".replicas")
 
+TOTAL_REPLICAS = Rule((REPLICA_SPECS,), f"{_total_cel()} <= {MAX_JOB_REPLICAS}", MSG_TOTAL_REPLICAS,
+                      lambda specs: _total_replicas(specs) <= MAX_JOB_REPLICAS)
+
 # In the order the checks report (and the CRD lists) them.
 RULES = (NAME, NOT_EMPTY, DECLARED_KEYS, ONE_SPELLING, ONE_CHIEF, ONE_CHIEF_REPLICA,
-         ONE_EVALUATOR_REPLICA)
+         ONE_EVALUATOR_REPLICA, TOTAL_REPLICAS)
 
 
 def rules_at(path: str) -> list[Rule]:

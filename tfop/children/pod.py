@@ -9,7 +9,7 @@ from tfop.api.constants import DEFAULT_CONTAINER, DEFAULT_PORT, DEFAULT_PORT_NAM
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.children.labels import replica_labels
 from tfop.children.templates import Templates
-from tfop.children.tfconfig import tf_config
+from tfop.children.tfconfig import ClusterConfig
 from tfop.gang.base import PodMarkings
 
 
@@ -19,6 +19,8 @@ class PodOptions:
     markings: PodMarkings = PodMarkings()
     cluster_domain: str = ""
     extra_annotations: Mapping[str, str] | None = None
+    # The job's TF_CONFIG cluster part, built once for all the pods of a pass (None: for this pod alone).
+    cluster_config: ClusterConfig | None = None
 
 
 def build_pod(templates: Templates, job: TFJob, replica: ReplicaSpec, index: int, options: PodOptions) -> dict:
@@ -40,7 +42,8 @@ def build_pod(templates: Templates, job: TFJob, replica: ReplicaSpec, index: int
     spec = copy.deepcopy(dict(user_spec))
     spec.update(pod["spec"])
     pod["spec"] = spec
-    _prepare_tensorflow_container(spec, tf_config(job, replica.type, index, options.cluster_domain))
+    cluster = options.cluster_config or ClusterConfig(job, options.cluster_domain)
+    _prepare_tensorflow_container(spec, cluster.for_task(replica.type, index))
     return pod
 
 

@@ -2,6 +2,9 @@
 
 Byte-for-byte what upstream's clients parse: Go's struct order at the top
 level (cluster, task, environment), sorted replica-type keys, no spaces.
+The cluster part lists every pod of the job, so it is written once per job
+(ClusterConfig) and each pod only appends its task: building it per pod made
+a job of N pods cost N^2.
 """
 from __future__ import annotations
 
@@ -25,22 +28,41 @@ def cluster_spec(job: TFJob, cluster_domain: str = "") -> dict[str, list[str]]:
     return spec
 
 
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class ClusterConfig:
+    """The job's part of every TF_CONFIG, as JSON text written once; for_task() adds one pod's task."""
+
+    def __init__(self, job: TFJob, cluster_domain: str = ""):
+        self.job, self.cluster_domain = job, cluster_domain
+        self.single = job.total_replicas == 1  # one pod needs no peers: no TF_CONFIG at all
+        if self.single:
+            self._cluster = ""
+        elif job.dynamic_worker:
+            # Sparse form: workers may come and go, so each sees every PS and only itself.
+            ps = job.replica("PS")
+            self._cluster = _json([host(job, "PS", i, ps.port(), cluster_domain) for i in range(ps.replicas)]
+                                  if ps is not None else [])
+        else:
+            self._cluster = _json(dict(sorted(cluster_spec(job, cluster_domain).items())))
+
+    def for_task(self, rtype: str, index: int) -> str | None:
+        """The TF_CONFIG value for one pod, or None when the whole job is one pod."""
+        if self.single:
+            return None
+        task = rtype.lower()
+        cluster = self._cluster
+        if self.job.dynamic_worker:
+            own = ""
+            if task == "worker":
+                address = host(self.job, "Worker", index, self.job.replica("Worker").port(), self.cluster_domain)
+                own = f',"worker":{{{_json(str(index))}:{_json(address)}}}'
+            cluster = f'{{"ps":{cluster}{own}}}'
+        return f'{{"cluster":{cluster},"task":{{"type":{_json(task)},"index":{_json(index)}}},"environment":"cloud"}}'
+
+
 def tf_config(job: TFJob, rtype: str, index: int, cluster_domain: str = "") -> str | None:
-    """The TF_CONFIG value for one pod, or None when the whole job is one pod."""
-    if job.total_replicas == 1:
-        return None
-    full = cluster_spec(job, cluster_domain)
-    cluster: dict
-    if job.dynamic_worker:
-        # Sparse form: workers may come and go, so each sees every PS and only itself.
-        cluster = {"ps": full.get("ps", [])}
-        if rtype.lower() == "worker":
-            cluster["worker"] = {str(index): full["worker"][index]}
-    else:
-        cluster = full
-    body = {
-        "cluster": dict(sorted(cluster.items())),
-        "task": {"type": rtype.lower(), "index": index},
-        "environment": "cloud",
-    }
-    return json.dumps(body, separators=(",", ":"))
+    """The TF_CONFIG value for one pod (a pass builds its ClusterConfig once for all its pods)."""
+    return ClusterConfig(job, cluster_domain).for_task(rtype, index)

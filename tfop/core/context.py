@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from tfop.children.templates import Templates
+from tfop.core.outcomes import FailedWrite
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 
@@ -17,6 +19,10 @@ class Observed:
     priority_values: Mapping[str, int] = field(default_factory=dict)
     # Pods seen deleted by someone else (not the operator) since the last reconcile.
     vanished: frozenset[str] = frozenset()
+    # The refusals that blocked the last pass that tried to create something, and when it tried
+    # (tfop/core/blockers.py): an outcome of earlier writes, so this pass can say why and wait.
+    refusals: tuple[FailedWrite, ...] = ()
+    refused_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,14 @@ class Draft:
         return conditions.is_true(self.conditions, ctype)
 
     def condition(self, ctype: str, value: bool, reason: str, message: str) -> None:
+        message = conditions.capped(message, conditions.MAX_CONDITION_MESSAGE)
         self.conditions = conditions.set_condition(self.conditions, ctype, value, reason, message, self.view.now)
 
+    def clear_condition(self, ctype: str) -> None:
+        self.conditions = [c for c in self.conditions if c.get("type") != ctype]
+
     def event(self, etype: str, reason: str, message: str) -> None:
-        self.plan.events.append(Event(etype, reason, message))
+        self.plan.events.append(Event(etype, reason, conditions.capped(message, conditions.MAX_EVENT_MESSAGE)))
 
     def fail(self, message: str, reason: str = "") -> None:
         failed = conditions.FAILED
@@ -48,11 +52,16 @@ class Draft:
             self.plan.delete.append(Ref(*SERVICE, self.view.job.namespace, name))
 
     def delete_pods(self, which=pods.is_active, with_services: bool = False) -> None:
-        for pod in self.view.obs.pods:
+        for pod in self.view.all_pods:
             if which(pod):
                 self.delete_pod(pods.name(pod), with_service=with_services)
 
+    def delete_object(self, obj, plural: str) -> None:
+        """Any object, e.g. an earlier job's orphan (the pod helpers above know only the job's own)."""
+        if not obj["metadata"].get("deletionTimestamp"):
+            self.plan.delete.append(Ref.of(obj, plural))
+
     def delete_group(self, plural: str) -> None:
-        group = self.view.obs.group
+        group = self.view.group
         if group is not None and not group["metadata"].get("deletionTimestamp"):
             self.plan.delete.append(Ref.of(group, plural))

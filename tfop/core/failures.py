@@ -100,6 +100,6 @@ def _lost_members(draft: Draft) -> list[str]:
     create error) must not restart the whole gang again and again.
     """
     view = draft.view
-    if not draft.is_true(RUNNING) or not any(pods.is_active(p) for p in view.obs.pods):
+    if not draft.is_true(RUNNING) or not any(pods.is_active(p) for p in view.all_pods):
         return []
     return [name for name in view.expected_names() if name not in view.pods and name in view.obs.vanished]

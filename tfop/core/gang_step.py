@@ -30,7 +30,7 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
         draft.event("Warning", "GangSpecWarning", "; ".join(str(p) for p in warnings))  # once, on the first pass
     shape = compute_shape(view.job, view.obs.priority_values)
     _ensure_group(draft, backend, shape)
-    state = backend.state(view.obs.group, list(view.obs.pods))
+    state = backend.state(view.group, list(view.all_pods))
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state
@@ -38,11 +38,12 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
 
 def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
     desired = backend.group_object(draft.view.job, shape)
-    observed = draft.view.obs.group
+    observed = draft.view.group
     if desired is None:
         return
     if observed is None:
-        draft.plan.create_group = desired
+        if (desired["kind"], desired["metadata"]["name"]) not in draft.view.foreign:
+            draft.plan.create_group = desired
         return
     change = backend.group_changes(observed, desired)
     if change:
@@ -60,7 +61,8 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
         return gang
     previous = draft.status.get("gang") or {}
     gang["reason"] = state.reason or (GANG_PENDING if state.admitted else GANG_NOT_ADMITTED)
-    gang["message"] = state.message or f"{running}/{shape.min_member} gang members running"
+    gang["message"] = conditions.capped(state.message or f"{running}/{shape.min_member} gang members running",
+                                        conditions.MAX_CONDITION_MESSAGE)
     same = all(previous.get(k) == gang.get(k) for k in ("reason", "phase"))
     if not state.explained and same and previous.get("message"):
         gang["message"] = previous["message"]  # the scheduler's reason, not the echo after it
@@ -102,7 +104,7 @@ def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
 def _touch_group(draft: Draft, backend: GangBackend, since: str) -> None:
     """Annotate the group of an unschedulable gang every retry_touch_seconds, for
     schedulers that look at a rejected gang again only when its group changes."""
-    group: Mapping[str, Any] | None = draft.view.obs.group
+    group: Mapping[str, Any] | None = draft.view.group
     every = backend.retry_touch_seconds
     if not every or group is None or group["metadata"].get("deletionTimestamp"):
         return

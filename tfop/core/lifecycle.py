@@ -5,9 +5,11 @@ from typing import Sequence
 
 from tfop.api import conditions, pods
 from tfop.api.conditions import CREATED, REASON, RUNNING, SUCCEEDED, SUSPENDED
+from tfop.api.rules import MAX_JOB_REPLICAS
 from tfop.api.validation import Problem
 from tfop.core.context import Context
 from tfop.core.draft import Draft
+from tfop.core.settings import Settings
 
 
 def begin(draft: Draft, problems: Sequence[Problem], notes: Sequence[str]) -> None:
@@ -20,6 +22,18 @@ def begin(draft: Draft, problems: Sequence[Problem], notes: Sequence[str]) -> No
     blocking = [p for p in problems if p.blocking]
     if blocking and not draft.finished:
         draft.fail("invalid spec: " + "; ".join(str(p) for p in blocking), reason="InvalidSpec")
+
+
+def fail_if_too_many_pods(draft: Draft, settings: Settings) -> None:
+    """A job asking for more pods than this operator runs per job fails before anything is built:
+    one such job must not hold the operator (its memory, its event loop) from every other job."""
+    view = draft.view
+    limit, asked = settings.max_pods_per_job, view.job.total_replicas
+    if asked <= limit or draft.finished:
+        return
+    draft.fail(f"TFJob {view.id} asks for {asked} pods, more than the {limit} this operator runs per job "
+               f"(--max-pods-per-job={limit}): lower its replicas or split it into smaller jobs, or raise the "
+               f"operator's `tfop run --max-pods-per-job` (at most {MAX_JOB_REPLICAS})", reason="TooManyPods")
 
 
 def finish(draft: Draft, ctx: Context) -> None:

@@ -29,11 +29,20 @@ class Event:
     message: str
 
 
+def slow_start(items: list, first: int = 1):
+    """Batches of 1, 2, 4, ... of `items`, as the Job controller creates pods: a template the apiserver
+    refuses costs one request, not one per pod (the caller stops at a batch with a failure)."""
+    start, size = 0, first
+    while start < len(items):
+        yield items[start:start + size]
+        start, size = start + size, size * 2
+
+
 @dataclass
 class Plan:
     # The gang's group object goes first, alone: the scheduler must know the gang before any pod.
     create_group: dict | None = None
-    create: list[dict] = field(default_factory=list)  # pods and services, created concurrently
+    create: list[dict] = field(default_factory=list)  # pods and services, in slow_start() batches
     delete: list[Ref] = field(default_factory=list)
     patch: list[tuple[Ref, dict]] = field(default_factory=list)
     status: dict | None = None  # the whole new status when it changed

@@ -13,6 +13,7 @@ from typing import Sequence
 from tfop.api.model import TFJob
 from tfop.api.validation import Problem
 from tfop.core import lifecycle, replicas
+from tfop.core.blockers import check_blockers
 from tfop.core.context import Context, Observed
 from tfop.core.draft import Draft
 from tfop.core.failures import handle_failures
@@ -26,6 +27,7 @@ def reconcile(job: TFJob, obs: Observed, now: datetime, ctx: Context,
               problems: Sequence[Problem] = (), notes: Sequence[str] = ()) -> Plan:
     draft = Draft(JobView.of(job, obs, now))
     lifecycle.begin(draft, problems, notes)
+    lifecycle.fail_if_too_many_pods(draft, ctx.settings)
     if draft.finished:
         lifecycle.finish(draft, ctx)
     elif job.run_policy.suspend:
@@ -47,8 +49,10 @@ def _run_active(draft: Draft, ctx: Context) -> bool:
     shape, state = gang
     if not handle_failures(draft, ctx, shape):
         return False
-    replicas.ensure_services(draft, ctx)
-    if state.admitted or ctx.pods_before_admission:
-        replicas.create_missing_pods(draft, ctx, shape)
+    replicas.claim_children(draft, ctx)
+    if not check_blockers(draft):
+        replicas.ensure_services(draft, ctx)
+        if state.admitted or ctx.pods_before_admission:
+            replicas.create_missing_pods(draft, ctx, shape)
     replicas.scale_down(draft)
     return not lifecycle.record_progress(draft)

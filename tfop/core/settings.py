@@ -6,6 +6,12 @@ from dataclasses import dataclass
 DEFAULT_NAMESPACE = "kubeflow"
 DEFAULT_DEPLOYMENT = "tfop"
 DEFAULT_IMAGE = "tfop:0.1.0"
+# The most pods one job may ask for before the operator fails it (`tfop run --max-pods-per-job`).
+# Real TFJobs have tens to hundreds of pods. At 1000 a pass over the job holds the event loop ~10 ms
+# (its pods are read every pass) plus ~25 ms per batch it creates, and the operator stays far inside
+# its 512Mi (each pod it creates carries a ~33 KB TF_CONFIG listing every pod). Admission allows up
+# to tfop.api.rules.MAX_JOB_REPLICAS, the most this flag may be raised to.
+DEFAULT_MAX_PODS_PER_JOB = 1000
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,8 @@ class Settings:
     pods_before_admission_mode: str = "auto"
     # Client-side cap on requests per second (0 = none: the apiserver's priority-and-fairness decides).
     qps: float = 0.0
+    # A job asking for more pods fails before any is built (tfop/core/lifecycle.py).
+    max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB
 
     @property
     def all_namespaces(self) -> bool:

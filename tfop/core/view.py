@@ -9,6 +9,7 @@ from tfop.api import conditions, pods
 from tfop.api.constants import LABEL_TYPE
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.core.context import Observed
+from tfop.core.ownership import claim
 
 KUBELET_RESTARTS = ("Always", "OnFailure")  # restart policies the kubelet carries out in place
 PHASE_COUNTERS = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}
@@ -20,9 +21,14 @@ class JobView:
     obs: Observed
     now: datetime
     id: str  # namespace/name, for messages
-    pods: Mapping[str, Mapping[str, Any]]  # by name, terminating ones included
-    services: Mapping[str, Mapping[str, Any]]
+    all_pods: tuple[Mapping[str, Any], ...]  # the job's own (tfop/core/ownership.py), terminating included
+    pods: Mapping[str, Mapping[str, Any]]  # the same, by name
+    services: Mapping[str, Mapping[str, Any]]  # the job's own
+    group: Mapping[str, Any] | None  # the job's own group object
     members: tuple[Mapping[str, Any], ...]  # pods not being deleted
+    adopt: tuple[Mapping[str, Any], ...]  # orphans to adopt (already counted as the job's)
+    stale: tuple[Mapping[str, Any], ...]  # an earlier job's orphans, to delete
+    foreign: Mapping[tuple[str, str], Mapping[str, Any]]  # by (kind, name): controlled by someone else
     expected: tuple[tuple[ReplicaSpec, int], ...]  # (replica, index) of every pod the spec asks for
     counts: Mapping[str, Mapping[str, int]]  # replica type -> active/succeeded/failed
     succeeded: bool  # as the chief, else the workers, tell
@@ -31,15 +37,20 @@ class JobView:
 
     @classmethod
     def of(cls, job: TFJob, obs: Observed, now: datetime) -> "JobView":
-        by_name = {pods.name(p): p for p in obs.pods}
-        members = tuple(p for p in obs.pods if not pods.terminating(p))
+        claimed = [claim(job, objects) for objects in (obs.pods, obs.services, [obs.group] if obs.group else [])]
+        own_pods, own_services, own_group = (c.ours for c in claimed)
+        by_name = {pods.name(p): p for p in own_pods}
+        members = tuple(p for p in own_pods if not pods.terminating(p))
         counts = _counts(job, members)
         succeeded, running = _outcome(job, by_name, counts)
-        restarts = _kubelet_restarts(job, obs.pods)
-        return cls(job=job, obs=obs, now=now, id=f"{job.namespace}/{job.name}", pods=by_name,
-                   services={s["metadata"]["name"]: s for s in obs.services}, members=members,
+        return cls(job=job, obs=obs, now=now, id=f"{job.namespace}/{job.name}", all_pods=own_pods, pods=by_name,
+                   services={s["metadata"]["name"]: s for s in own_services},
+                   group=own_group[0] if own_group else None, members=members,
+                   adopt=tuple(o for c in claimed for o in c.adopt), stale=tuple(o for c in claimed for o in c.stale),
+                   foreign={(o["kind"], o["metadata"]["name"]): o for c in claimed for o in c.foreign},
                    expected=tuple((r, i) for r in job.replicas for i in range(r.replicas)),
-                   counts=counts, succeeded=succeeded, running=running, kubelet_restarts=restarts)
+                   counts=counts, succeeded=succeeded, running=running,
+                   kubelet_restarts=_kubelet_restarts(job, own_pods))
 
     def expected_names(self) -> list[str]:
         return [pod_name(self.job.name, r.type, i) for r, i in self.expected]

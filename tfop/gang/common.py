@@ -9,10 +9,12 @@ from tfop.api.constants import LABEL_JOB, LABEL_OPERATOR, LAST_APPLIED, OPERATOR
 from tfop.api.model import TFJob
 from tfop.gang.base import GangShape, GangState, GroupResource
 
-# Exactly what the operator does with a group object: create it, read and watch
-# it (its phase gates pod creation), patch it when the job is edited, delete it
-# when the job finishes or is suspended.
-GROUP_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+# Exactly what the operator does with a group object: create it; list and watch
+# it (an informer: its phase gates pod creation); merge-patch it when the job is
+# edited, to nudge the scheduler or to adopt it; delete it when the job finishes
+# or is suspended; get it only when its create answers 409 (whose is the name?).
+# Never an update.
+GROUP_VERBS = ("create", "delete", "get", "list", "patch", "watch")
 
 
 def group_rules(resource: GroupResource) -> tuple[dict, ...]:

@@ -172,15 +172,10 @@ class KubeClient:
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False) -> dict | None:
-        """Create; an object that already exists (409) counts as created: names are deterministic."""
+        """Create; a name already taken answers ApiError 409 (whose it is, the caller finds out)."""
         meta = obj["metadata"]
         path = collection_path(obj["apiVersion"], plural, meta.get("namespace"))
-        try:
-            return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
-        except ApiError as err:
-            if err.status == 409:
-                return None
-            raise
+        return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
 
     async def delete(self, api_version: str, plural: str, namespace: str | None, name: str,
                      propagation: str | None = None) -> dict | None:
@@ -238,7 +233,8 @@ class KubeClient:
                         yield json.loads(line)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
-                         now: str, component: str = "tfop") -> None:
+                         now: str, component: str = "tfop", count: int = 1) -> dict:
+        """Post a core v1 Event on `involved`; returns the created Event (its name is generated)."""
         meta = involved["metadata"]
         event = {
             "apiVersion": "v1", "kind": "Event",
@@ -249,10 +245,11 @@ class KubeClient:
                 "resourceVersion": meta.get("resourceVersion"),
             },
             "type": etype, "reason": reason, "message": message[:1024],
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "count": count,
             "source": {"component": component}, "reportingComponent": component,
         }
-        try:
-            await self.request("POST", collection_path("v1", "events", meta["namespace"]), event)
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as err:
-            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], err)
+        return await self.request("POST", collection_path("v1", "events", meta["namespace"]), event)
+
+    async def patch_event(self, namespace: str, name: str, count: int, now: str) -> dict | None:
+        """Count a repeat on a posted Event; None when it is gone (Events expire after an hour)."""
+        return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})

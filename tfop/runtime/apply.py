@@ -6,14 +6,17 @@ FailedWrite (the apiserver's code and words) for the core's conclude().
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Mapping
 
 from tfop.api import conditions
 from tfop.api.constants import KIND
-from tfop.core.outcomes import FailedWrite
-from tfop.core.plan import Event, Plan, Ref
+from tfop.core.outcomes import NOT_ATTEMPTED, FailedWrite
+from tfop.core.plan import Event, Plan, Ref, slow_start
 from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.trim import trim_child
+from tfop.runtime.events import EventRecorder
 from tfop.runtime.informer import Informer
 from tfop.runtime.jobs import JobRecord
 from tfop.runtime.status_writer import TFJOB_API
@@ -31,28 +34,52 @@ class Applier:
         self.client, self.call = client, call
         self.informers = {"Pod": pods, "Service": services}
         self.groups = groups
+        self.events = EventRecorder(client, call)
 
     async def write_objects(self, record: JobRecord, plan: Plan) -> list[FailedWrite]:
         """The group object first and alone (the scheduler must know the gang before any pod), then the
-        pods, services, deletions and patches together. No child is written when the group was not."""
+        pods and services in slow-start batches beside the deletions and patches. No child is written
+        when the group was not; no batch after one with a failure (those are reported NOT_ATTEMPTED)."""
         if plan.create_group is not None:
             failure = await self._create(plan.create_group, self.groups)
             if failure is not None:
                 return [failure]
         results = await asyncio.gather(
-            *(self._create(obj, self.informers[obj["kind"]]) for obj in plan.create),
+            self._create_in_batches(plan.create),
             *(self._delete(record, ref) for ref in plan.delete),
             *(self._patch(ref, patch) for ref, patch in plan.patch))
-        return [r for r in results if r is not None]
+        return [*results[0], *(r for r in results[1:] if r is not None)]
+
+    async def _create_in_batches(self, objects: list[dict]) -> list[FailedWrite]:
+        failures: list[FailedWrite] = []
+        done = 0
+        for batch in slow_start(objects):
+            results = await asyncio.gather(*(self._create(obj, self.informers[obj["kind"]]) for obj in batch))
+            failures += [r for r in results if r is not None]
+            done += len(batch)
+            if failures:
+                break
+        return failures + [FailedWrite("create", o["kind"], o["metadata"]["name"], NOT_ATTEMPTED, "not attempted")
+                           for o in objects[done:]]
 
     async def _create(self, obj: dict, informer: Informer) -> FailedWrite | None:
         try:
             created = await self.call(self.client.create, obj, informer.plural)
         except Exception as err:  # noqa: BLE001 - reported, the core decides
-            return failed_write("create", obj["kind"], obj["metadata"]["name"], err)
-        if created:
-            informer.upsert(created)
+            failure = failed_write("create", obj["kind"], obj["metadata"]["name"], err)
+            if failure.code == 409:  # whose is the name? read it back for the core to say
+                failure = replace(failure, holder=await self._holder(obj, informer.plural))
+            return failure
+        informer.upsert(created)
         return None
+
+    async def _holder(self, obj: dict, plural: str) -> dict | None:
+        meta = obj["metadata"]
+        try:
+            found = await self.call(self.client.get, obj["apiVersion"], plural, meta["namespace"], meta["name"])
+        except Exception:  # noqa: BLE001 - the core says the name is taken, without whose
+            return None
+        return trim_child(found) if found else None
 
     async def _delete(self, record: JobRecord, ref: Ref) -> FailedWrite | None:
         if ref.kind == "Pod":
@@ -75,12 +102,12 @@ class Applier:
                                       ref.name, patch)
         except Exception as err:  # noqa: BLE001
             return failed_write("patch", ref.kind, ref.name, err)
-        if patched and self.groups is not None:
-            self.groups.upsert(patched)
+        informer = self.informers.get(ref.kind, self.groups)
+        if patched and informer is not None:
+            informer.upsert(patched)
         return None
 
     async def post_events(self, body: Mapping[str, Any], events: list[Event]) -> None:
         now = conditions.timestamp(datetime.now(timezone.utc))
         involved = {"apiVersion": TFJOB_API, "kind": KIND, "metadata": body["metadata"]}
-        await asyncio.gather(*(self.call(self.client.post_event, involved, e.type, e.reason, e.message, now)
-                               for e in events))
+        await self.events.post(involved, events, now)

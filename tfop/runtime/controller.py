@@ -18,7 +18,7 @@ from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME, PLURAL
 from tfop.api.normalize import normalize
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
-from tfop.core.outcomes import FailedWrite, conclude, needs_retry
+from tfop.core.outcomes import FailedWrite, blocking, conclude, needs_retry
 from tfop.core.reconcile import reconcile
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
@@ -143,7 +143,7 @@ class Controller:
             priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
         return Observed(pods=self.pods.for_job(key), services=self.services.for_job(key),
                         group=groups[0] if groups else None, priority_values=priorities,
-                        vanished=record.take_vanished())
+                        vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at)
 
     async def reconcile(self, key: JobKey) -> None:
         record = self.jobs.get(key)
@@ -158,6 +158,11 @@ class Controller:
                          normalized.problems, normalized.notes)
         failures = await self.applier.write_objects(record, plan)
         retry = needs_retry(failures, plan)
+        if plan.create_group is not None or plan.create:  # what blocked this try, for the next pass to say
+            record.refusals = tuple(f for _, f in blocking(failures, normalized.job))
+            record.refused_at = now if record.refusals else None
+            if record.refusals:
+                self.queue.add(key)
         plan = conclude(normalized.job, plan, failures, now)
         if plan.pods_wait_for_admission:
             self._wait_for_admission()

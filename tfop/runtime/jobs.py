@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 JobKey = tuple[str, str]  # (namespace, job name)
@@ -19,6 +20,9 @@ class JobRecord:
     # for a lost gang member; and pods seen gone that it did not delete, until a pass reads them.
     deleting: set[str] = field(default_factory=set)
     vanished: set[str] = field(default_factory=set)
+    # The refusals that blocked the last pass that tried to create something, and when (Observed).
+    refusals: tuple = ()
+    refused_at: datetime | None = None
 
     def status(self) -> dict:
         """The job's status as the operator knows it: the held one, else the written one."""

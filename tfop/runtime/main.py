@@ -10,6 +10,7 @@ from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 from tfop.kube.client import Credentials, KubeClient
 from tfop.runtime.controller import Controller
+from tfop.runtime.loop_monitor import LoopMonitor
 
 
 def _import_kopf():
@@ -83,6 +84,7 @@ def build_registry(controller_ref: list, credentials: Credentials) -> kopf.Opera
 async def run_operator(settings: Settings, kubeconfig: str | None = None,
                        liveness: str | None = "http://0.0.0.0:8080/healthz",
                        stop_flag: asyncio.Event | None = None) -> None:
+    LoopMonitor().start()  # logs event-loop stalls (e.g. one job's pass computing too long)
     credentials = Credentials.load(kubeconfig)
     async with KubeClient(credentials, max_connections=settings.max_concurrent_requests) as client:
         backend = await resolve_backend(settings, client)

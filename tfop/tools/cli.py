@@ -9,7 +9,8 @@ import sys
 import click
 import yaml
 
-from tfop.core.settings import Settings
+from tfop.api.rules import MAX_JOB_REPLICAS
+from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB, Settings
 from tfop.gang.registry import backend_from_flags, gang_enabled
 from tfop.tools.gang_flags import gang_options  # shared with `tfop manifests`: one meaning, one help
 
@@ -31,12 +32,17 @@ def cli() -> None:
               help="create a gang's pods before Volcano admits its PodGroup; auto: when a dry-run pod shows "
                    "no Volcano admission webhook would refuse them.")
 @click.option("--max-concurrent-requests", default=64, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--max-pods-per-job", default=DEFAULT_MAX_PODS_PER_JOB, show_default=True,
+              type=click.IntRange(1, MAX_JOB_REPLICAS),
+              help="fail a job asking for more pods before building any (admission allows at most "
+                   f"{MAX_JOB_REPLICAS}).")
 @click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
               help="liveness endpoint URL; empty to disable.")
 @click.option("-v", "--verbose", is_flag=True)
 def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces, all_namespaces, cluster_domain,
-        gang_restart, pods_before_admission, max_concurrent_requests, kubeconfig, liveness, verbose) -> None:
+        gang_restart, pods_before_admission, max_concurrent_requests, max_pods_per_job, kubeconfig, liveness,
+        verbose) -> None:
     """Run the operator against the current cluster."""
     from tfop.runtime.main import run_operator
 
@@ -47,6 +53,7 @@ def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces,
         gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
         namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
         max_concurrent_requests=max_concurrent_requests, pods_before_admission_mode=pods_before_admission,
+        max_pods_per_job=max_pods_per_job,
     )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

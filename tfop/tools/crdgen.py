@@ -17,7 +17,8 @@ import yaml
 
 from tfop.api import constants
 from tfop.api.constants import GROUP, KIND, PLURAL, STORAGE_VERSION
-from tfop.api.rules import REPLICA_SPECS, ROOT, rules_at
+from tfop.api.quantity import MAX_QUANTITY_LENGTH, QUANTITY_PATTERN
+from tfop.api.rules import MAX_JOB_REPLICAS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT, rules_at
 
 VERSIONS = constants.SERVED_VERSIONS  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
@@ -30,14 +31,19 @@ MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # one spec per type at most
 OUTPUT = Path(__file__).resolve().parents[2] / "crds" / f"{GROUP}_{PLURAL}.yaml"
 
 _DEFS_PREFIX = "io.k8s.apimachinery.pkg"
-_INT_OR_STRING = {f"{_DEFS_PREFIX}.util.intstr.IntOrString",
-                  f"{_DEFS_PREFIX}.api.resource.Quantity"}
+_QUANTITY = f"{_DEFS_PREFIX}.api.resource.Quantity"
+_INT_OR_STRING = {f"{_DEFS_PREFIX}.util.intstr.IntOrString", _QUANTITY}
 _OBJECT_META = f"{_DEFS_PREFIX}.apis.meta.v1.ObjectMeta"
 _TIME = f"{_DEFS_PREFIX}.apis.meta.v1.Time"
 # Keywords of the Kubernetes JSON schemas that a CRD schema may carry over.
 _KEEP = ("description", "format", "enum", "required", "minimum", "maximum", "pattern",
          "minLength", "maxLength", "minItems", "maxItems",
          "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type")
+# A quantity string admission accepts: none with an exponent or a length no real resource comes near
+# (tfop.api.quantity), which the operator would pay for on every pass. A pattern, not a CEL rule: it
+# costs nothing against the apiserver's CEL budget, which rules on every resources map of every
+# container of a template would exceed.
+QUANTITY = {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN, "maxLength": MAX_QUANTITY_LENGTH}
 # A list-map key must be required or defaulted in a CRD; these are the API defaults.
 _MAP_KEY_DEFAULTS = {"protocol": "TCP"}
 
@@ -99,7 +105,9 @@ class _Converter:
         if "$ref" in src:
             name = src["$ref"].rsplit("/", 1)[-1]
             site_doc = src.get("description")
-            if name in _INT_OR_STRING:
+            if name == _QUANTITY:
+                out = dict(QUANTITY)
+            elif name in _INT_OR_STRING:
                 out = {"x-kubernetes-int-or-string": True}
             elif name == _OBJECT_META:
                 out = _template_metadata()
@@ -149,10 +157,12 @@ def _d(description, schema):
     return {"description": description, **schema}
 
 
-def _int32(description, minimum=0):
+def _int32(description, minimum=0, maximum=None):
     s = {"type": "integer", "format": "int32", "description": description}
     if minimum is not None:
         s["minimum"] = minimum
+    if maximum is not None:
+        s["maximum"] = maximum
     return s
 
 
@@ -198,7 +208,10 @@ def _scheduling_policy():
             "minResources": _d("Resources the whole gang needs before it may start; default: "
                                "the sum over its pods.", {
                 "type": "object",
-                "additionalProperties": {"x-kubernetes-int-or-string": True}}),
+                # Only bounded in length: what is no quantity is the gang's to report (tfop validate
+                # with the gang flags), since an operator without gangs never reads it.
+                "additionalProperties": {"x-kubernetes-int-or-string": True,
+                                         "maxLength": MAX_QUANTITY_LENGTH}}),
             "priorityClass": _str("PriorityClass name for the gang."),
             "scheduleTimeoutSeconds": _int32("How long the gang may wait to be scheduled "
                                              "before the scheduler gives up on it."),
@@ -210,7 +223,10 @@ def _replica_spec(template, key, description):
         "type": "object",
         "properties": {
             "replicas": _int32("Number of pods of this type. Unset means 1 (applied by the "
-                               "operator, which can tell unset from 1)."),
+                               "operator, which can tell unset from 1). At most "
+                               f"{MAX_REPLICAS_PER_TYPE}, and a job at most {MAX_JOB_REPLICAS} "
+                               "in all: every pod's TF_CONFIG lists every pod.",
+                               maximum=MAX_REPLICAS_PER_TYPE),
             "restartPolicy": _str("What to do when a pod of this type fails: Always and OnFailure "
                                   "let the kubelet restart containers; Never fails the job; "
                                   "ExitCode re-creates the pod for retryable exit codes (>= 128) "

@@ -1,15 +1,18 @@
 """Offline views of a job: what the operator would create, and what is wrong with it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from tfop.api.constants import LABEL_TYPE
 from tfop.api.normalize import is_tfjob, normalize
-from tfop.api.validation import Problem
+from tfop.api.rules import MAX_JOB_REPLICAS
+from tfop.api.validation import WARNING, Problem
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.reconcile import reconcile
+from tfop.core.replicas import MAX_CREATES_PER_PASS
 from tfop.gang.shape import shape_problems
 
 
@@ -25,22 +28,27 @@ def first_start_objects(obj: Mapping[str, Any], ctx: Context,
     """Every object of the job's first start, group object first.
 
     A backend that waits for the scheduler to admit the group (Volcano) creates
-    its pods one reconcile later; rendering shows that second step too.
+    its pods one reconcile later, and a job bigger than one pass's batch
+    (tfop.core.replicas.MAX_CREATES_PER_PASS) the rest in the passes after:
+    rendering shows every step, each pass seeing what the earlier ones created.
     """
     normalized = normalize(obj)
     now = datetime.now(timezone.utc)
-    observed = Observed(priority_values=priority_values or {})
-    plan = reconcile(normalized.job, observed, now, ctx, normalized.problems)
-    objects = ([plan.create_group] if plan.create_group else []) + plan.create
-    if plan.create_group and not any(o["kind"] == "Pod" for o in plan.create):
-        admitted = dict(plan.create_group, status={"phase": "Running"})
-        services = [o for o in plan.create if o["kind"] == "Service"]
-        again = reconcile(normalized.job, Observed(services=services, group=admitted,
-                                                   priority_values=observed.priority_values),
-                          now, ctx, normalized.problems)
-        objects += [o for o in again.create if o["kind"] == "Pod"]
+    # What the job becomes, whatever --max-pods-per-job the operator runs with (job_problems warns).
+    ctx = replace(ctx, settings=replace(ctx.settings, max_pods_per_job=MAX_JOB_REPLICAS))
+    group, children = None, []
+    for _ in range(normalized.job.total_replicas // MAX_CREATES_PER_PASS + 3):  # + the group's pass and the last
+        admitted = dict(group, status={"phase": "Running"}) if group else None
+        observed = Observed(pods=[o for o in children if o["kind"] == "Pod"],
+                            services=[o for o in children if o["kind"] == "Service"], group=admitted,
+                            priority_values=priority_values or {})
+        plan = reconcile(normalized.job, observed, now, ctx, normalized.problems)
+        group = group or plan.create_group
+        children += plan.create
+        if not plan.create and (plan.create_group is None or admitted is not None):
+            break
     # Pods before services reads better; the operator creates them together anyway.
-    return sorted(objects, key=lambda o: {"Pod": 1, "Service": 2}.get(o["kind"], 0))
+    return sorted(([group] if group else []) + children, key=lambda o: {"Pod": 1, "Service": 2}.get(o["kind"], 0))
 
 
 def job_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
@@ -61,25 +69,37 @@ def job_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
     seen = {p.field for p in problems}
     problems += [p for p in normalized.problems if p.field not in seen]
     if not problems:
-        problems = pod_problems(obj, ctx)
+        problems = pod_problems(obj, ctx) + _size_problems(normalized.job.total_replicas, ctx)
         if ctx.backend is not None:  # the gang's rules apply only to gangs, as in the operator
             # Offline the cluster's PriorityClasses are unknown (None): their checks are skipped.
             problems += shape_problems(normalized.job, None)
     return problems
 
 
+def _size_problems(pods: int, ctx: Context) -> list[Problem]:
+    """A job an operator with these settings fails for its size: a warning, as the flags it runs with
+    are not known offline."""
+    limit = ctx.settings.max_pods_per_job
+    if pods <= limit:
+        return []
+    return [Problem("spec.tfReplicaSpecs", f"the job asks for {pods} pods: an operator run with "
+                    f"--max-pods-per-job={limit} fails it; lower the replicas or split the job, "
+                    "unless the operator runs with a higher --max-pods-per-job", WARNING)]
+
+
 def pod_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
     """Check the pods the templates become against the Kubernetes schemas."""
     import kubernetes_validate
 
+    # One pod a type (its last, the longest name): a type's pods differ only in name, index and
+    # TF_CONFIG, which the schemas do not check, and a check takes ~20 ms (thousands took minutes).
+    last = {(c["metadata"].get("labels") or {}).get(LABEL_TYPE, "?"): c
+            for c in first_start_objects(obj, ctx) if c["kind"] == "Pod"}
     out = []
-    for child in first_start_objects(obj, ctx):
-        if child["kind"] != "Pod":
-            continue
+    for rtype, child in last.items():
         try:
             kubernetes_validate.validate(child, kubernetes_validate.latest_version(), strict=True)
         except kubernetes_validate.ValidationError as err:
-            rtype = child["metadata"]["labels"].get(LABEL_TYPE, "?")
             parts = list(err.path)
             if parts[:1] == ["spec"]:
                 parts = parts[1:]

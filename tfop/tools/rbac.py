@@ -21,30 +21,44 @@ NAME = DEFAULT_DEPLOYMENT  # ServiceAccount, ClusterRole and ClusterRoleBinding 
 RBAC_API = "rbac.authorization.k8s.io"
 LABELS = {"app.kubernetes.io/name": "tfop", "app.kubernetes.io/part-of": "tfop"}
 
-# What the operator itself calls, resource by resource (why in the comments).
+# What the operator itself calls, resource by resource (why in the comments). Nothing more:
+# e2e/tests/test_rbac_exact.py runs the operator and fails on any grant it never used.
 BASE_RULES: tuple[dict, ...] = (
-    # Reconcile; delete is for ttlSecondsAfterFinished; update/patch for kopf's
-    # finalizer and progress annotations.
-    {"apiGroups": [GROUP], "resources": [PLURAL],
-     "verbs": ["delete", "get", "list", "patch", "update", "watch"]},
-    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
-     "verbs": ["get", "patch", "update"]},
-    # Children: created from the job, deleted by cleanPodPolicy and restarts.
+    # kopf lists and watches TFJobs. tfop's only kopf handler is on.event, so kopf keeps no
+    # finalizer, diff-base or progress on them and never writes them. delete: ttlSecondsAfterFinished.
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["delete", "list", "watch"]},
+    # The status is merge-patched from the cached job; never read back, never replaced.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    # Children name the job as owner with blockOwnerDeletion: true. Where the admission plugin
+    # OwnerReferencesPermissionEnforcement runs (OpenShift), setting it needs this, or every
+    # create is refused.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    # Children: watched by label; created from the job (the dry-run pod probe is a create too);
+    # deleted by restarts, suspend, scale-down, cleanPodPolicy and for an earlier job's orphans;
+    # patched to adopt an orphan; read (get) only when a create answers 409, to say whose the name is.
     {"apiGroups": [""], "resources": ["pods", "services"],
-     "verbs": ["create", "delete", "get", "list", "watch"]},
-    # kopf posts core v1 events; the operator's own events may use events.k8s.io.
+     "verbs": ["create", "delete", "get", "list", "patch", "watch"]},
+    # Events are posted as core v1 Events (kopf's own posting is off); a repeat is counted on the
+    # Event posted before with a merge patch (tfop/runtime/events.py).
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-    # PriorityClass values order replica types for minResources.
-    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
-     "verbs": ["get", "list", "watch"]},
-    # get/list: `--gang-scheduler-name auto` detection. watch: kopf watches
-    # CRDs to notice the TFJob CRD changing; without it kopf logs a warning
-    # and only rescans on restart.
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-     "verbs": ["get", "list", "watch"]},
 )
 # No coordination.k8s.io leases: one replica, Recreate strategy, no kopf peering.
+
+# With any gang backend: the PriorityClass informer (values order replica types in minResources).
+GANG_RULES: tuple[dict, ...] = (
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
+)
+CRD_API = "apiextensions.k8s.io"
+
+
+def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
+    """What the operator reads of CRDs at start for this backend: `get` of its group object's CRD
+    (logged when missing), `list` when `--gang-scheduler-name auto` may pick it (only backends that
+    name CRDs can be picked; `tfop gang enable` keeps `auto` in the args, so a role made for the
+    backend cannot tell)."""
+    verbs = ["get"] if getattr(backend, "group_resource", None) is not None else []
+    verbs += ["list"] if getattr(backend, "crds", ()) else []  # duck-typed backends may lack both
+    return ({"apiGroups": [CRD_API], "resources": ["customresourcedefinitions"], "verbs": verbs},) if verbs else ()
 
 
 def canonical_rule(rule: Mapping[str, Any]) -> dict:
@@ -60,9 +74,11 @@ def canonical_rule(rule: Mapping[str, Any]) -> dict:
 
 
 def operator_rules(backend: GangBackend | None = None) -> list[dict]:
-    """Every rule the operator needs: the base set plus the gang backend's own (if any)."""
+    """Every rule the operator needs: the base set, plus with a gang backend the gang rules, the CRD
+    reads and the backend's own."""
     rules = [canonical_rule(r) for r in BASE_RULES]
-    for rule in backend.rbac_rules if backend is not None else ():
+    extra = (*GANG_RULES, *crd_rules(backend), *backend.rbac_rules) if backend is not None else ()
+    for rule in extra:
         rule = canonical_rule(rule)
         if rule not in rules:
             rules.append(rule)
@@ -143,7 +159,7 @@ def file_objects(backends: Iterable[GangBackend] | None = None) -> dict[str, lis
     for backend in _backends() if backends is None else backends:
         extra = [r for r in operator_rules(backend) if r not in operator_rules(None)]
         if not extra:
-            continue  # label-only backends need nothing beyond the base role
+            continue  # a backend adding nothing to the base role gets no file
         name = f"{NAME}-gang-{backend.name}"
         files[f"gang-{backend.name}.yaml"] = [
             cluster_role(extra, name=name),

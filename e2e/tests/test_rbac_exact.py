@@ -1,0 +1,320 @@
+"""The operator's ClusterRole is exact: every request the operator makes is allowed by it, and
+every permission it grants is used.
+
+The harness's apiserver writes an audit log (Metadata level, ServiceAccount users only:
+e2e/cluster.py AUDIT_POLICY) and runs the admission plugin OwnerReferencesPermissionEnforcement.
+Each test deploys `tfop manifests`' ServiceAccount and ClusterRole, runs the operator with them
+through every code path that needs a permission, then reads the audit entries of that operator's
+own token and compares them with the ClusterRole. The workload, on one job: names it needs held by
+objects of no controller (the operator reads whose they are), children stripped of their owner
+(adopted back), a member restarted, the gang edited, suspend and resume twice (repeated Events are
+counted), success, deletion by ttlSecondsAfterFinished. With gang scheduling, Volcano is chosen by
+`--gang-scheduler-name auto` and a PriorityClass exists; without, the base role alone must be exact.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from e2e.cluster import AUDIT_LOG
+from e2e.tests.lifecycle_helpers import Env, active, pod_names, replica, tfjob
+from e2e.tfop_operator import OperatorProcess
+from tfop.tools import rbac
+
+pytestmark = pytest.mark.cluster
+
+Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+# Not a request of its own: the admission plugin checks it on every create of a child, whose
+# ownerReference has blockOwnerDeletion: true.
+BLOCK_OWNER_DELETION = ("kubeflow.org", "tfjobs/finalizers", "update")
+# What `--gang-scheduler-name auto` picks here: Volcano's CRDs come first (registry.AUTO_ORDER).
+AUTO_PICKS = "volcano"
+VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
+
+
+class AuditedOperator(OperatorProcess):
+    """The operator as deployed, remembering the token it runs with: its audit entries carry the
+    token's id, so they are told from other operators of the same ServiceAccount. With a gang, it
+    deploys that backend's manifests (`tfop manifests` cannot render `auto`) and runs with `auto`."""
+
+    credential = ""
+
+    def args(self) -> list[str]:
+        args = super().args()
+        if self.gang:
+            args[args.index("--gang-scheduler-name") + 1] = "auto"
+        self.credential = credential_id(Path(args[args.index("--kubeconfig") + 1]))
+        return args
+
+
+def credential_id(kubeconfig: Path) -> str:
+    """The apiserver's id of a ServiceAccount token: JTI=<its jti claim>."""
+    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return f"JTI={claims['jti']}"
+
+
+# -- the audit log -------------------------------------------------------------------
+class AuditTail:
+    """The audit entries of one token, read as the apiserver appends them (from `offset` on)."""
+
+    def __init__(self, path: Path, credential: str, offset: int):
+        self.path, self.credential, self.offset = path, credential, offset
+        self.entries: list[dict] = []
+
+    def read(self) -> list[dict]:
+        with open(self.path, "rb") as log:
+            log.seek(self.offset)
+            chunk = log.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line being written is read next time
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            entry = json.loads(line)
+            if ((entry.get("user") or {}).get("extra") or {}).get(CREDENTIAL_ID) == [self.credential]:
+                self.entries.append(entry)
+        return self.entries
+
+    def read_by_name(self, perm: Permission, name: str) -> bool:
+        """Has the operator made this request of the object `name` (answered 2xx)?"""
+        return any(permission(e) == perm and (e.get("objectRef") or {}).get("name") == name
+                   and 200 <= code(e) < 300 for e in self.read())
+
+
+def permission(entry: dict) -> Permission | None:
+    """What RBAC checked for a request; None for a non-resource URL (discovery: /api, /apis/...)."""
+    ref = entry.get("objectRef") or {}
+    if not ref.get("resource"):
+        return None
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return ref.get("apiGroup", ""), resource, entry["verb"]
+
+
+def code(entry: dict) -> int:
+    return int((entry.get("responseStatus") or {}).get("code") or 0)
+
+
+def describe(entry: dict) -> str:
+    message = (entry.get("responseStatus") or {}).get("message", "")
+    return f"{entry['verb']} {entry['requestURI']} -> {code(entry)} {message}"
+
+
+def allowed_by(entry: dict) -> str:
+    """The authorizer's reason: 'RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to ...'."""
+    return (entry.get("annotations") or {}).get("authorization.k8s.io/reason", "")
+
+
+def used_permissions(entries: list[dict]) -> set[Permission]:
+    used = {p for p in map(permission, entries) if p is not None}
+    # Children were created (2xx, not the dry-run probe), each with blockOwnerDeletion (exercise()
+    # checks it), and the admission plugin checks tfjobs/finalizers for that (proven in the gang test).
+    if any(permission(e) == ("", "pods", "create") and 200 <= code(e) < 300 and "dryRun" not in e["requestURI"]
+           for e in entries):
+        used.add(BLOCK_OWNER_DELETION)
+    return used
+
+
+def assert_role_exact(entries: list[dict], rules: list[dict], role: str) -> None:
+    assert entries, "no audit entries of the operator's token: is the audit log written?"
+    refused = [describe(e) for e in entries if code(e) == 403]
+    assert not refused, "the operator was refused:\n" + "\n".join(refused)
+    granted = set(rbac.permissions(rules))
+    used = used_permissions(entries)
+    beyond = sorted(used - granted)
+    assert not beyond, f"the operator used permissions its ClusterRole does not grant: {beyond}"
+    # Allowed by this ClusterRole, not by some other binding of the ServiceAccount.
+    elsewhere = sorted({(permission(e), allowed_by(e)) for e in entries
+                        if permission(e) is not None and f'of ClusterRole "{role}"' not in allowed_by(e)})
+    assert not elsewhere, f"requests allowed by something other than ClusterRole {role}: {elsewhere}"
+    unused = sorted(granted - used)
+    assert not unused, (f"ClusterRole {role} grants permissions the operator never used: {unused}; "
+                        f"used: {sorted(used)}")
+
+
+# -- the workload ----------------------------------------------------------------------
+def owner_blocks_deletion(objects: list[dict]) -> bool:
+    refs = [r for o in objects for r in o["metadata"].get("ownerReferences") or []]
+    return bool(refs) and all(r["kind"] == "TFJob" and r.get("blockOwnerDeletion") is True for r in refs)
+
+
+def podgroup(env: Env, name: str) -> dict | None:
+    got = env.kubectl("get", VOLCANO_PODGROUPS, name, "-o", "json", check=False)
+    return json.loads(got.stdout) if got.returncode == 0 else None
+
+
+def edit_gang(env: Env, name: str) -> None:
+    """An edit of the job that changes its PodGroup: the operator merge-patches the group."""
+    wanted = {"cpu": "30m", "memory": "64Mi"}  # every key the computed minResources has
+    env.patch_job(name, {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": wanted}}}})
+    env.wait(f"PodGroup {name} patched to minResources {wanted}",
+             lambda: ((podgroup(env, name) or {}).get("spec") or {}).get("minResources") == wanted, job=name)
+
+
+def squat(env: Env, name: str, gang: bool) -> dict[tuple[Permission, str], str]:
+    """Objects of no controller, without the job's labels, holding names the job needs: the
+    operator's create answers 409 and it reads the holder. (holder's get, its name) -> kubectl ref.
+    Service 1 and pod 0 go in one batch of creates (services first, slow start 1, 2, 4...): one pass
+    meets both, and a job blocked longer waits longer between tries (tfop/core/blockers.py)."""
+    env.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-worker-0"},
+               "spec": {"containers": [{"name": "web", "image": "registry.example/web:1"}]}},
+              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{name}-worker-1"},
+               "spec": {"clusterIP": "None", "ports": [{"port": 80}]}})
+    held = {(("", "pods", "get"), f"{name}-worker-0"): f"pod/{name}-worker-0",
+            (("", "services", "get"), f"{name}-worker-1"): f"service/{name}-worker-1"}
+    if gang:
+        env.apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
+                   "spec": {"minMember": 1}})
+        held[(("scheduling.volcano.sh", "podgroups", "get"), name)] = f"{VOLCANO_PODGROUPS}/{name}"
+    return held
+
+
+def free_when_read(env: Env, audit: AuditTail, held: dict[tuple[Permission, str], str]) -> None:
+    """Delete each squatter once the operator has read it, in whatever order it meets them."""
+    left = dict(held)
+    while left:
+        read = env.wait(f"the operator reading whose names {sorted(left.values())} are",
+                        lambda: [k for k in left if audit.read_by_name(*k)])
+        env.kubectl("delete", *(left.pop(key) for key in read), "--wait=true")
+
+
+def orphan_and_readopt(env: Env, name: str, refs: list[str]) -> None:
+    """Someone strips the controller reference off children: the job adopts them back (a patch)."""
+    uid = env.job(name)["metadata"]["uid"]
+    for ref in refs:
+        env.kubectl("patch", ref, "--type=json", "-p", '[{"op": "remove", "path": "/metadata/ownerReferences"}]')
+    for ref in refs:
+        env.wait(f"{ref} adopted by TFJob {name}", lambda r=ref: [
+            o["uid"] for o in env.json("get", r)["metadata"].get("ownerReferences") or []] == [uid], job=name)
+
+
+def exercise(env: Env, audit: AuditTail, name: str, gang: bool, priority_class: str | None = None) -> None:
+    """Every code path that needs a permission, on one job."""
+    worker = replica(2, restart_policy="ExitCode")
+    if priority_class:
+        worker["template"]["spec"]["priorityClassName"] = priority_class
+    held = squat(env, name, gang)
+    env.apply(tfjob(name, {"Worker": worker}, run_policy={"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 2}))
+    free_when_read(env, audit, held)
+    everyone = pod_names(name, Worker=2)
+    running = env.wait_pods_running(name, everyone, timeout=90)  # a missed retry waits 60 s
+    assert owner_blocks_deletion(running + env.services(name)), env.msg(name)
+    if gang:
+        assert owner_blocks_deletion([podgroup(env, name)]), podgroup(env, name)
+        edit_gang(env, name)
+    group = [f"{VOLCANO_PODGROUPS}/{name}"] if gang else []
+    orphan_and_readopt(env, name, [f"pod/{name}-worker-0", f"service/{name}-worker-0", *group])
+
+    env.mark_exit(f"{name}-worker-1", 137)  # a signal: ExitCode restarts it
+    env.wait_job(name, lambda j: (j.get("status") or {}).get("restartCount", 0) >= 1, "a member restarted")
+    env.wait_pods_running(name, everyone)
+
+    for _ in range(2):  # the second time, its Events repeat the first's: counted on them (a patch)
+        env.patch_job(name, {"spec": {"runPolicy": {"suspend": True}}})
+        env.wait_condition(name, "Suspended")
+        env.wait_children(name, set(), set())
+        if gang:
+            env.wait(f"PodGroup {name} deleted", lambda: podgroup(env, name) is None, job=name)
+        env.patch_job(name, {"spec": {"runPolicy": {"suspend": False}}})
+        env.wait_pods_running(name, everyone, timeout=60)
+
+    env.mark_exit(f"{name}-worker-0", 0)  # worker 0 decides; cleanPodPolicy All deletes worker 1
+    env.wait_condition(name, "Succeeded")
+    env.wait(f"TFJob {name} deleted by its TTL", lambda: env.job(name) is None, timeout=30, job=name)
+    assert not active(env.pods(name)), env.msg(name)
+
+
+def assert_blockownerdeletion_needs_finalizers(env: Env, job: str) -> None:
+    """The admission plugin is on: a ServiceAccount that may create and delete pods, but not
+    update tfjobs/finalizers, cannot create a pod owned by a TFJob with blockOwnerDeletion."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "blocks-owner-deletion", "namespace": env.ns, "ownerReferences": [{
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": job, "uid": env.job(job)["metadata"]["uid"],
+            "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"containers": [{"name": "c", "image": "registry.example/none:1"}]}}
+    env.kubectl("create", "serviceaccount", "probe")
+    env.kubectl("create", "role", "probe", "--verb=create,delete", "--resource=pods")
+    env.kubectl("create", "rolebinding", "probe", "--role=probe", f"--serviceaccount={env.ns}:probe")
+    kubeconfig = env.cluster.service_account_kubeconfig(env.ns, "probe")
+
+    def create_probe():
+        return env.cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe),
+                                   kubeconfig=kubeconfig, check=False)
+    refused = create_probe()
+    assert refused.returncode != 0 and "cannot set blockOwnerDeletion" in refused.stderr, refused
+    finalizers = {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs/finalizers"], "verbs": ["update"]}
+    env.kubectl("patch", "role", "probe", "--type=json",
+                "-p", json.dumps([{"op": "add", "path": "/rules/-", "value": finalizers}]))
+    env.wait("the probe may set blockOwnerDeletion once granted tfjobs/finalizers update",
+             lambda: create_probe().returncode == 0)
+
+
+# -- the tests -------------------------------------------------------------------------
+@pytest.fixture
+def priority_class(cluster, namespace):
+    name = f"{namespace}-high"
+    cluster.kubectl("create", "priorityclass", name, "--value=1000")
+    yield name
+    cluster.kubectl("delete", "priorityclass", name, check=False)
+
+
+def run_audited(op: AuditedOperator, workload: Callable[[AuditTail], None]) -> list[dict]:
+    """Start the operator, run the workload, stop it; its audit entries. A workload that fails
+    says which of the operator's requests were refused (a missing grant shows as a timeout)."""
+    path = op.cluster.dir / AUDIT_LOG
+    audit = AuditTail(path, "", path.stat().st_size)
+    try:
+        op.start()
+        audit.credential = op.credential
+        workload(audit)
+    except AssertionError as err:
+        refused = [describe(e) for e in audit.read() if code(e) == 403]
+        if refused:
+            raise AssertionError(f"{err}\nrequests of the operator refused:\n" + "\n".join(refused)) from err
+        raise
+    finally:
+        op.stop()
+    return audit.read()
+
+
+def live_rules(env: Env) -> list[dict]:
+    return env.json("get", "clusterrole", rbac.NAME)["rules"]
+
+
+def test_gang_operator_uses_exactly_its_role(cluster, namespace, priority_class):
+    """Volcano chosen by `--gang-scheduler-name auto` (CRD list, the CRD check), the dry-run pod probe,
+    the PriorityClass informer, the PodGroup created, patched and deleted."""
+    from tfop.gang import registry
+
+    if AUTO_PICKS not in cluster.state.get("schedulers", []):
+        pytest.skip(f"session cluster runs without {AUTO_PICKS} (see TFOP_E2E_SCHEDULERS)")
+    op = AuditedOperator(cluster, [namespace], gang_scheduler_name=AUTO_PICKS)
+    env = Env(cluster, namespace, op)
+
+    def workload(audit: AuditTail) -> None:
+        assert f"so {AUTO_PICKS}" in op.log_path.read_text(), op.log_tail()
+        exercise(env, audit, "gang", gang=True, priority_class=priority_class)
+    entries = run_audited(op, workload)
+    env.apply(tfjob("owner", {"Worker": replica(1)}))  # no operator runs now: an owner, no pods
+    assert_blockownerdeletion_needs_finalizers(env, "owner")
+    backend, _ = registry.load_backend(AUTO_PICKS)
+    rules = live_rules(env)
+    assert rules == rbac.operator_rules(backend)
+    assert_role_exact(entries, rules, rbac.NAME)
+    patches = [describe(e) for e in entries if permission(e) == ("scheduling.volcano.sh", "podgroups", "patch")]
+    assert len(patches) == 2, f"one edit of the job and one adoption, two patches of its PodGroup: {patches[:5]}"
+
+
+def test_plain_operator_uses_exactly_its_role(cluster, namespace):
+    """Gang scheduling off: the base role, no PriorityClass or CRD reads."""
+    op = AuditedOperator(cluster, [namespace])
+    env = Env(cluster, namespace, op)
+    entries = run_audited(op, lambda audit: exercise(env, audit, "plain", gang=False))
+    rules = live_rules(env)
+    assert rules == rbac.operator_rules(None)
+    assert_role_exact(entries, rules, rbac.NAME)
