@@ -144,3 +144,23 @@ def test_creates_go_in_slow_start_batches_and_the_rest_is_not_claimed():
     done = conclude(JOB, plan, [refused, *skipped], NOW)
     assert not any(e.reason == "SuccessfulCreate" for e in done.events)
     assert [kind for kind, _ in blocking([refused, *skipped], JOB)] == [QUOTA]
+
+
+@pytest.mark.parametrize("blocked_for,last_try,tries_now", [
+    (10, 9, True),  # blocked 1 s when it last tried: 2 s later it tries again
+    (30, 5, False),  # blocked 25 s when it last tried: not before 25 s after that try
+    (400, 100, True),  # the gap never passes 60 s
+])
+def test_a_blocked_job_tries_again_after_as_long_as_it_had_been_blocked(blocked_for, last_try, tries_now):
+    status = {"conditions": [{"type": "Blocked", "status": "True", "reason": "QuotaExceeded", "message": "m",
+                              "lastUpdateTime": ago(blocked_for), "lastTransitionTime": ago(blocked_for)}]}
+    observed = Observed(services=all_services(JOB), refusals=(refusal(403, QUOTA_WORDS),),
+                        refused_at=NOW - timedelta(seconds=last_try))
+    plan = run(with_status(JOB, **status), observed)
+    assert bool(plan.create) == tries_now
+
+
+def test_a_group_name_taken_waits_as_a_blocker():
+    plan = Plan(create_group={"kind": "PodGroup", "metadata": {"name": "tf-job"}})
+    taken = FailedWrite("create", "PodGroup", "tf-job", 409, "already exists")
+    assert classify(taken, plan) == NAME_TAKEN

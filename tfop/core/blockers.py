@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from tfop.api import conditions
 from tfop.api.conditions import BLOCKED, find
 from tfop.api.quantity import format_quantity, parse_quantity
 from tfop.core.draft import Draft
@@ -50,8 +51,10 @@ def _backing_off(draft: Draft, previous) -> bool:
     view = draft.view
     if not view.obs.refusals or view.obs.refused_at is None:
         return False  # only foreign holders: their names are skipped, the rest goes on
-    blocked_for = view.elapsed_since((previous or {}).get("lastTransitionTime")) or 0.0
-    wait = min(MAX_RETRY, max(MIN_RETRY, blocked_for))
+    # The gap after a try is as long as the job had been blocked when it tried: 2, 2, 4, 8, ... 60 s.
+    since = conditions.parse_time((previous or {}).get("lastTransitionTime"))
+    blocked_at_try = (view.obs.refused_at - since).total_seconds() if since else 0.0
+    wait = min(MAX_RETRY, max(MIN_RETRY, blocked_at_try))
     since_try = (view.now - view.obs.refused_at).total_seconds()
     if since_try < wait:
         draft.plan.requeue(wait - since_try)

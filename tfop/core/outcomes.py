@@ -60,6 +60,8 @@ def classify(failure: FailedWrite, plan: Plan) -> str:
     if failure.code == NOT_ATTEMPTED:
         return SKIPPED
     if _is_group(failure, plan):
+        if failure.code == 409:
+            return NAME_TAKEN  # another controller's group holds the name: wait, on a backoff
         return GROUP_REFUSED if failure.code in INVALID else OTHER
     text = failure.message.lower()
     # Webhooks say "denied the request", admission policies "denied request".
