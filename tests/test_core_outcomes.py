@@ -110,3 +110,10 @@ def test_a_group_that_failed_otherwise_claims_nothing_and_is_retried():
     done = conclude(JOB, plan, [failure], NOW)
     assert not any(e.reason == "SuccessfulCreate" for e in done.events)
     assert needs_retry([failure], plan) == [failure]
+
+
+def test_a_failed_create_drops_the_at_once_requeue_for_more_batches():
+    plan = run(JOB)
+    plan.requeue(0)  # more pods than one pass builds
+    done = conclude(JOB, plan, [pod(503, "etcdserver: leader changed")], NOW)
+    assert done.requeue_after is None  # the work queue's backoff retries it, not a hot loop

@@ -86,6 +86,8 @@ def conclude(job: TFJob, plan: Plan, failures: Sequence[FailedWrite], now: datet
     if GROUP_REFUSED in of_kind:
         return _group_refused(job, plan, of_kind[GROUP_REFUSED][0])
     done = replace(plan, events=[e for e in plan.events if e != summary_event(plan)])
+    if done.requeue_after == 0 and any(f.verb == "create" for f in failures):
+        done.requeue_after = None  # more batches next pass, but not before the failure's own retry
     summary = summary_event(plan, _not_written(plan, failures))
     if summary is not None:
         done.events.insert(0, summary)
