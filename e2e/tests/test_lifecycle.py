@@ -20,14 +20,6 @@ from e2e.tests.lifecycle_helpers import (
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def env(cluster, namespace, request):
-    op = operator(cluster, [namespace])
-    request.addfinalizer(op.stop)
-    op.start()
-    return Env(cluster, namespace, op)
-
-
 def parse_time(value: str) -> float:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 

@@ -9,19 +9,11 @@ import json
 
 import pytest
 
-from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, phase, replica, tfjob
+from e2e.tests.lifecycle_helpers import Env, condition, is_true, replica, tfjob
 from tfop.core.outcomes import NAMESPACE_TERMINATING, POD_SECURITY, QUOTA, FailedWrite, classify
 from tfop.core.plan import Plan
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def env(cluster, namespace, request):
-    op = operator(cluster, [namespace])
-    request.addfinalizer(op.stop)
-    op.start()
-    return Env(cluster, namespace, op)
 
 
 def uid(env: Env, name: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import random
 import ssl
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 
-log = logging.getLogger("tfop.kube")
 
 
 class ApiError(Exception):

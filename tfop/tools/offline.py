@@ -9,7 +9,6 @@ from tfop.api.constants import LABEL_TYPE
 from tfop.api.normalize import is_tfjob, normalize
 from tfop.api.rules import MAX_JOB_REPLICAS
 from tfop.api.validation import WARNING, Problem
-from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.reconcile import reconcile
 from tfop.core.replicas import MAX_CREATES_PER_PASS
