@@ -85,3 +85,52 @@ def test_the_crd_pattern_admits_every_quantity_and_refuses_every_absurd_one():
         for chars in itertools.product("1eE+-x", repeat=n):
             text = "".join(chars)
             assert not (pattern.search(text) and exponent.search(text)), text
+
+
+FORMAT = [
+    ("cpu", "2500m", "2500m"),
+    ("cpu", "3000m", "3"),
+    ("cpu", "0.1", "100m"),
+    ("cpu", "1k", "1000"),
+    ("cpu", "100u", "100u"),
+    ("cpu", "0.5n", "1n"),  # below a nanounit rounds up, as Kubernetes does
+    ("nvidia.com/gpu", "8", "8"),
+    ("memory", "1.5Gi", "1536Mi"),
+    ("memory", "4096Mi", "4Gi"),
+    ("memory", "1024", "1Ki"),
+    ("memory", "1000", "1k"),  # decimal unit shorter than plain bytes
+    ("memory", "2G", "2G"),  # shorter than 1953125Ki
+    ("memory", "1e9", "1G"),
+    ("memory", "0", "0"),
+    ("memory", "0.5", "500m"),
+    ("ephemeral-storage", "10Gi", "10Gi"),
+    ("hugepages-2Mi", "4Mi", "4Mi"),
+]
+
+
+@pytest.mark.parametrize("resource,text,canonical", FORMAT)
+def test_format(resource, text, canonical):
+    assert format_quantity(parse_quantity(text), resource) == canonical
+
+
+SUMS = [
+    ("cpu", ["0.1", "0.2"], "300m"),
+    ("cpu", ["500m", "500m", "2"], "3"),
+    ("cpu", ["1", "1500m"], "2500m"),
+    ("memory", ["1Gi", "512Mi"], "1536Mi"),
+    ("memory", ["512Mi", "512Mi"], "1Gi"),
+    ("memory", ["1G", "1G"], "2G"),
+    ("memory", ["1Gi", "1"], "1073741825"),
+    ("nvidia.com/gpu", [2, 2, 2, 2], "8"),
+]
+
+
+@pytest.mark.parametrize("resource,parts,total", SUMS)
+def test_sums_are_exact(resource, parts, total):
+    summed = add_resources({resource: parse_quantity(p)} for p in parts)
+    assert format_resources(summed) == {resource: total}
+
+
+def test_format_resources_sorted_by_name():
+    out = format_resources({"memory": Fraction(2**30), "cpu": Fraction(1)})
+    assert list(out) == ["cpu", "memory"]
