@@ -51,6 +51,8 @@ YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster pe
 # check (volcano-sh/volcano#4132). Upstream's chart names each configuration
 # volcano-admission-service-<path with / as ->; the manager polls for them, then serves.
 VOLCANO_ADMISSIONS = ("/pods/validate", "/podgroups/validate")
+# The health check of vc-webhook-manager, which has no health URL: a dry-run pod it must deny.
+VOLCANO_WEBHOOK_PROBE = "probe:volcano-webhook-denies"
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.0.0.0/24"
 # On top of the apiserver's default plugins. OwnerReferencesPermissionEnforcement (on in
@@ -218,7 +220,78 @@ class Cluster:
         self.state = {}
 
     def alive_components(self) -> dict[str, bool]:
-        return {n: _pid_alive(pid, self.dir) for n, pid in self.state.get("pids", {}).items()}
+        """Every component started, in start order: is its process running?"""
+        pids = self.state.get("pids", {})
+        names = list(self.state.get("components", {})) or list(pids)
+        return {n: n in pids and _pid_alive(pids[n], self.dir) for n in names}
+
+    # ---------- what the apiserver saw ----------
+
+    def apiserver_metrics(self) -> list:
+        """GET /metrics as admin, parsed: prometheus_client Metric families. The counters
+        start again from zero whenever the apiserver restarts."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"{self.server}/metrics", timeout=10, context=self._admin_tls()) as r:
+            return list(text_string_to_metric_families(r.read().decode()))
+
+    def audit_offset(self) -> int:
+        """The audit log's size now: audit_entries(since=this) reads only what comes after."""
+        try:
+            return (self.dir / AUDIT_LOG).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def audit_entries(self, since: int = 0) -> list[dict]:
+        """The audit log's entries (ServiceAccounts outside kube-system: AUDIT_POLICY) from byte
+        offset `since` on; a line still being written is left out. The log survives restarts
+        of the apiserver, which appends to it and writes each entry before it answers."""
+        try:
+            with open(self.dir / AUDIT_LOG, "rb") as f:
+                f.seek(since)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in chunk[:chunk.rfind(b"\n") + 1].splitlines() if line.strip()]
+
+    # ---------- restarts ----------
+
+    def stop_component(self, name: str, grace: float = 10.0) -> None:
+        """Stop one component's process group: SIGTERM, then SIGKILL after `grace` s. Its
+        command, ports and data stay recorded for start_component()."""
+        self._component(name)
+        proc, pid = self._procs.pop(name, None), self.state["pids"].pop(name, None)
+        if pid is not None:
+            _kill_groups([pid], self.dir, grace)
+        if proc is not None:
+            proc.wait(timeout=5)  # _kill_groups may have reaped it already: then this returns at once
+        self._save()
+
+    def start_component(self, name: str, timeout: float = 60) -> int:
+        """Start a stopped component again with the same command line, environment, ports
+        and data dir, and wait until it is healthy by the check it passed at start. After
+        etcd, also until the apiserver's /readyz is OK again. Returns the new pid."""
+        self._component(name)
+        if self.alive_components().get(name):
+            raise ClusterError(f"{name} is running (pid {self.state['pids'][name]}): stop it first")
+        with open(self.logs / f"{name}.log", "ab") as log:  # where one run ends in the log
+            log.write(f"\n===== e2e.cluster: {name} started again at {time.strftime('%H:%M:%S')} =====\n".encode())
+        self._launch(name)
+        self._wait_healthy(name, timeout)
+        if name == "etcd" and self.alive_components().get("kube-apiserver"):
+            self._wait_healthy("kube-apiserver", timeout)
+        return self.state["pids"][name]
+
+    def restart(self, name: str, *, grace: float = 10.0, timeout: float = 60) -> int:
+        """stop_component() then start_component(): the same process, in place. Returns the new pid."""
+        self.stop_component(name, grace)
+        return self.start_component(name, timeout)
+
+    def _component(self, name: str) -> dict:
+        known = self.state.get("components", {})
+        if name not in known:
+            raise ClusterError(f"no component {name!r} in this cluster; it has {sorted(known)}")
+        return known[name]
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 kubeconfig: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -309,8 +382,8 @@ class Cluster:
             "--listen-peer-urls", f"http://127.0.0.1:{p['etcd_peer']}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{p['etcd_peer']}",
             "--initial-cluster", f"tfop-e2e=http://127.0.0.1:{p['etcd_peer']}",
-            "--unsafe-no-fsync", "--log-level", "warn"])
-        self._wait_http("etcd", f"{etcd_url}/health", timeout)
+            "--unsafe-no-fsync", "--log-level", "warn"], health=f"{etcd_url}/health")
+        self._wait_healthy("etcd", timeout)
 
         pk = self.pki
         (d / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
@@ -330,8 +403,9 @@ class Cluster:
             "--enable-admission-plugins", ",".join(EXTRA_ADMISSION_PLUGINS),
             "--audit-policy-file", d / "audit-policy.yaml", "--audit-log-path", d / AUDIT_LOG,
             "--audit-log-format", "json", "--audit-log-mode", "blocking",  # written before the answer
-            "--enable-priority-and-fairness=false", "--profiling=false"])
-        self._wait_http("kube-apiserver", f"{server}/readyz", timeout, admin=True)
+            "--audit-log-maxsize", "100000",  # MB; never rotated (default 100): readers keep byte offsets
+            "--enable-priority-and-fairness=false", "--profiling=false", "--shutdown-send-retry-after=true"], health=f"{server}/readyz", admin=True)
+        self._wait_healthy("kube-apiserver", timeout)
 
         def comp_kc(name: str) -> Path:
             return kc / f"{name}.kubeconfig"
@@ -345,15 +419,17 @@ class Cluster:
             "--root-ca-file", pk / "ca.crt", "--service-account-private-key-file", pk / "sa.key",
             "--cluster-signing-cert-file", pk / "ca.crt", "--cluster-signing-key-file", pk / "ca.key",
             # each controller acts as its own ServiceAccount, as in a real cluster
-            "--use-service-account-credentials=true", "--controllers=*"])
-        self._wait_http("kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz", timeout)
+            "--use-service-account-credentials=true", "--controllers=*"],
+            health=f"https://127.0.0.1:{p['kcm']}/healthz")
+        self._wait_healthy("kube-controller-manager", timeout)
 
         if "default" in schedulers:
             self._spawn("kube-scheduler", [
                 build.binary("kube-scheduler"), "--kubeconfig", comp_kc("kube-scheduler"),
                 *auth("kube-scheduler"), "--bind-address", "127.0.0.1",
-                "--secure-port", p["scheduler"], "--leader-elect=false"])
-            self._wait_http("kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz", timeout)
+                "--secure-port", p["scheduler"], "--leader-elect=false"],
+                health=f"https://127.0.0.1:{p['scheduler']}/healthz")
+            self._wait_healthy("kube-scheduler", timeout)
 
         kwok_src = build.module_dir("kwok", "sigs.k8s.io/kwok")
         (d / "kwok.yaml").write_text(kwok_stages.stages_yaml(kwok_src))
@@ -362,8 +438,9 @@ class Cluster:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}=fake",
             "--cidr", "10.244.0.1/16", "--node-ip", "10.240.0.1",
-            "--node-lease-duration-seconds", "40", "--server-address", f"127.0.0.1:{p['kwok']}"])
-        self._wait_http("kwok", f"http://127.0.0.1:{p['kwok']}/healthz", timeout)
+            "--node-lease-duration-seconds", "40", "--server-address", f"127.0.0.1:{p['kwok']}"],
+            health=f"http://127.0.0.1:{p['kwok']}/healthz")
+        self._wait_healthy("kwok", timeout)
 
         if "coscheduling" in schedulers:
             self._start_coscheduling(timeout)
@@ -406,17 +483,17 @@ class Cluster:
         self._spawn("scheduler-plugins-scheduler", [
             build.binary("scheduler-plugins-scheduler"), "--config", self.dir / "coscheduling.yaml",
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"]])
+            "--bind-address", "127.0.0.1", "--secure-port", p["cosched"]],
+            health=f"https://127.0.0.1:{p['cosched']}/healthz")
         # Scheduler defaults left as shipped: Coscheduling re-tries a rejected gang only when its
         # PodGroup changes (or after 5 min), which tfop's gang-retry touch must handle, as in production.
-        self._wait_http("scheduler-plugins-scheduler", f"https://127.0.0.1:{p['cosched']}/healthz", timeout)
+        self._wait_healthy("scheduler-plugins-scheduler", timeout)
         self._spawn("scheduler-plugins-controller", [
             build.binary("scheduler-plugins-controller"),
             "--metricsAddr", f"127.0.0.1:{p['cosched_ctrl_metrics']}",
             "--probeAddr", f"127.0.0.1:{p['cosched_ctrl_probe']}"],
-            env={"KUBECONFIG": str(kc)})
-        self._wait_http("scheduler-plugins-controller",
-                        f"http://127.0.0.1:{p['cosched_ctrl_probe']}/healthz", timeout)
+            env={"KUBECONFIG": str(kc)}, health=f"http://127.0.0.1:{p['cosched_ctrl_probe']}/healthz")
+        self._wait_healthy("scheduler-plugins-controller", timeout)
 
     def _start_volcano(self, timeout: float) -> None:
         src = build.module_dir("volcano", "volcano.sh/volcano")
@@ -428,8 +505,9 @@ class Cluster:
             "--scheduler-conf", self.dir / "volcano.conf", "--scheduler-name", VOLCANO_SCHEDULER_NAME,
             "--leader-elect=false", "--cache-dumper=false", "--schedule-period", "500ms",
             "--listen-address", f"127.0.0.1:{p['volcano_metrics']}",
-            "--enable-healthz", "--healthz-address", f"127.0.0.1:{p['volcano_healthz']}"])
-        self._wait_http("volcano-scheduler", f"http://127.0.0.1:{p['volcano_healthz']}/healthz", timeout)
+            "--enable-healthz", "--healthz-address", f"127.0.0.1:{p['volcano_healthz']}"],
+            health=f"http://127.0.0.1:{p['volcano_healthz']}/healthz")
+        self._wait_healthy("volcano-scheduler", timeout)
         # Volcano creates its `default` and `root` queues itself once its cache syncs.
         for q in ("root", "default"):
             self._wait(f"volcano queue {q}", lambda q=q: self.kubectl(
@@ -455,15 +533,16 @@ class Cluster:
             "--tls-private-key-file", self.pki / "volcano-webhook.key", "--ca-cert-file", self.pki / "ca.crt",
             "--enabled-admission", ",".join(VOLCANO_ADMISSIONS), "--scheduler-name", VOLCANO_SCHEDULER_NAME,
             "--graceful-shutdown-time", "1s",
-            "-v", "3"])  # logs each admission ("admitting pods -- CREATE"): tests count them
+            "-v", "3"],  # logs each admission ("admitting pods -- CREATE"): tests count them
+            health=VOLCANO_WEBHOOK_PROBE)
+        self._wait_healthy("volcano-webhook", timeout)
 
-        def answers() -> bool:
-            # A pod the pod validation must deny (invalid JDB annotation): proves the apiserver
-            # reaches the manager with our CA, and that its caches synced (it serves only then).
-            p = self.kubectl("create", "--dry-run=server", "-f", "-", check=False,
-                             input=json.dumps(_volcano_bad_pod()))
-            return "validatepod.volcano.sh" in p.stderr and "denied the request" in p.stderr
-        self._wait("volcano-webhook denying an invalid pod", answers, timeout, "volcano-webhook")
+    def _volcano_webhook_denies(self) -> bool:
+        # A pod the pod validation must deny (invalid JDB annotation): proves the apiserver
+        # reaches the manager with our CA, and that its caches synced (it serves only then).
+        p = self.kubectl("create", "--dry-run=server", "-f", "-", check=False,
+                         input=json.dumps(_volcano_bad_pod()))
+        return "validatepod.volcano.sh" in p.stderr and "denied the request" in p.stderr
 
     def _start_yunikorn(self, timeout: float) -> None:
         # The standalone shim reads KUBECONFIG and keeps its configmaps
@@ -471,9 +550,9 @@ class Cluster:
         self.kubectl("create", "namespace", YUNIKORN_NAMESPACE)
         self._spawn("yunikorn-scheduler", [build.binary("yunikorn-scheduler")], env={
             "KUBECONFIG": str(self.dir / "kubeconfigs" / "yunikorn.kubeconfig"),
-            "NAMESPACE": YUNIKORN_NAMESPACE})
-        self._wait_http("yunikorn-scheduler",
-                        f"http://127.0.0.1:{YUNIKORN_WEB_PORT}/ws/v1/scheduler/healthcheck", timeout)
+            "NAMESPACE": YUNIKORN_NAMESPACE},
+            health=f"http://127.0.0.1:{YUNIKORN_WEB_PORT}/ws/v1/scheduler/healthcheck")
+        self._wait_healthy("yunikorn-scheduler", timeout)
 
     def _start_koordinator(self, timeout: float) -> None:
         src = build.module_dir("koordinator", "github.com/koordinator-sh/koordinator")
@@ -493,8 +572,11 @@ class Cluster:
         self._spawn("koord-scheduler", [
             build.binary("koord-scheduler"), "--config", self.dir / "koordinator.yaml",
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--secure-port", port])
-        self._wait_http("koord-scheduler", f"https://127.0.0.1:{port}/healthz", timeout)
+            "--bind-address", "127.0.0.1", "--secure-port", port,
+            # Its deprecated plain-HTTP port defaults to 0.0.0.0:10251, config file or not: off, or
+            # a second cluster on the machine cannot start.
+            "--port", "0"], health=f"https://127.0.0.1:{port}/healthz")
+        self._wait_healthy("koord-scheduler", timeout)
 
     def open_volcano_queue(self, name: str) -> None:
         """Mark a Volcano Queue Open. vc-controller-manager normally does this;
@@ -550,16 +632,38 @@ class Cluster:
 
     # ---------- process helpers ----------
 
-    def _spawn(self, name: str, cmd: list, env: dict | None = None) -> None:
+    def _spawn(self, name: str, cmd: list, env: dict | None = None, *, health: str,
+               admin: bool = False) -> None:
+        """Start a component and record how (command, env, health check), so that
+        start_component() and restart() can run it again exactly so."""
+        self.state.setdefault("components", {})[name] = {
+            "cmd": [str(c) for c in cmd], "env": {k: str(v) for k, v in (env or {}).items()},
+            "health": health, "admin": admin}
+        self._launch(name)
+
+    def _launch(self, name: str) -> None:
+        rec = self.state["components"][name]
+        # PR_SET_PDEATHSIG fires when the *thread* that forked exits: only the main thread's
+        # children get it; others still die with the interpreter through the atexit hook.
+        import threading
+        die_with_parent = (getattr(self, "_stop_on_exit", False)
+                           and threading.current_thread() is threading.main_thread())
         log = open(self.logs / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            [str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=self.dir, env={**os.environ, **(env or {})}, start_new_session=True,
-            preexec_fn=_die_with_parent if getattr(self, "_stop_on_exit", False) else None)
+            rec["cmd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=self.dir, env={**os.environ, **rec["env"]}, start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None)
         log.close()
         self._procs[name] = proc
         self.state["pids"][name] = proc.pid
         self._save()
+
+    def _wait_healthy(self, name: str, timeout: float) -> None:
+        rec = self.state["components"][name]
+        if rec["health"] == VOLCANO_WEBHOOK_PROBE:
+            self._wait("volcano-webhook denying an invalid pod", self._volcano_webhook_denies, timeout, name)
+        else:
+            self._wait_http(name, rec["health"], timeout, admin=rec["admin"])
 
     def _save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -580,14 +684,16 @@ class Cluster:
             time.sleep(0.3)
         raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}:\n{self.logs_tail(component)}")
 
+    def _admin_tls(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
     def _wait_http(self, name: str, url: str, timeout: float, admin: bool = False) -> None:
         ctx = None
         if url.startswith("https"):
-            if admin:
-                ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
-                ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
-            else:  # component serving certs are self-signed
-                ctx = ssl._create_unverified_context()
+            # component serving certs are self-signed
+            ctx = self._admin_tls() if admin else ssl._create_unverified_context()
 
         def ok() -> bool:
             with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
@@ -630,6 +736,22 @@ def _volcano_bad_pod() -> dict:
                      "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
 
 
+def request_counts(families, verb: str = "POST", code: str = "201") -> dict[str, float]:
+    """apiserver_request_total summed per resource for one verb and code, dry runs left out
+    (their label dry_run is "All"). Keys: "pods", "pods/binding", "podgroups.scheduling.volcano.sh"."""
+    counts: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            labels = sample.labels
+            if (sample.name != "apiserver_request_total" or labels.get("verb") != verb
+                    or labels.get("code") != code or labels.get("dry_run")):
+                continue
+            key = labels.get("resource", "") + (f".{labels['group']}" if labels.get("group") else "")
+            key += f"/{labels['subresource']}" if labels.get("subresource") else ""
+            counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
 def _pid_alive(pid: int, cluster_dir: Path) -> bool:
     # Guard against pid reuse: every component runs with DIR as its cwd.
     try:
@@ -638,17 +760,17 @@ def _pid_alive(pid: int, cluster_dir: Path) -> bool:
         return False
 
 
-def _kill_groups(pids: list[int], cluster_dir: Path) -> None:
+def _kill_groups(pids: list[int], cluster_dir: Path, grace: float = 5.0) -> None:
     """SIGTERM every component's process group at once, SIGKILL what is left
     after a short grace period (a test cluster needs no graceful shutdown)."""
     pids = [p for p in pids if _pid_alive(p, cluster_dir)]
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         for pid in pids:
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + wait
         while pids and time.monotonic() < deadline:
             for pid in list(pids):
                 try:  # reap our own children; others' zombies vanish by themselves
@@ -716,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"server: {c.server}\nkubeconfig: {c.kubeconfig}")
             for n, up in alive.items():
-                print(f"{n:30s} {'up' if up else 'DOWN'} (pid {c.state['pids'][n]})")
+                print(f"{n:30s} {'up' if up else 'DOWN'} (pid {c.state['pids'].get(n, '-')})")
             return 0 if all(alive.values()) else 1
     except (ClusterError, build.BuildError) as e:
         print(f"ERROR: {e}", file=sys.stderr)

@@ -543,3 +543,14 @@ def test_gang_message_keeps_the_cause_when_pods_only_echo_it():
     moved = group_of(desired_group("scheduler-plugins"), phase="Scheduling")
     plan = run(job, Observed(pods=pods, services=all_services(job), group=moved), ctx=ctx("scheduler-plugins"))
     assert echo in plan.status["gang"]["message"]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_job_its_pods_finished_gets_no_new_group_when_its_status_lagged(name):
+    """The operator crashed after the pods succeeded and after `finish` deleted the group, before the
+    status said Succeeded: the next pass concludes Succeeded and creates nothing, not the group again."""
+    job = with_status(gang_job(), **running_status())
+    plan = run(job, Observed(pods=gang_pods(job, name, phase="Succeeded"), services=all_services(job)),
+               ctx=ctx(name))
+    assert plan.create_group is None and plan.create == []
+    assert last_condition(plan.status)["type"] == S.SUCCEEDED

@@ -233,13 +233,13 @@ def test_run_checks_without_gang():
     (None, None, None),  # Deployment unreadable: check without gang
 ])
 def test_resolve(flag, args, want_backend):
-    backend, _, why = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
+    backend, _, why, _ = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
     assert (backend.name if backend else None) == want_backend, why
 
 
 def test_resolve_auto_uses_cluster_crds():
     cluster = FakeCluster(crds={"podgroups.scheduling.x-k8s.io"})
-    backend, _, _ = doctor.backend_to_check(cluster, "auto", None, "kubeflow", "tfop")
+    backend, _, _, _ = doctor.backend_to_check(cluster, "auto", None, "kubeflow", "tfop")
     assert backend.name == "scheduler-plugins"
     with pytest.raises(ValueError):
         doctor.backend_to_check(FakeCluster(), "auto", None, "kubeflow", "tfop")
@@ -319,3 +319,15 @@ def test_doctor_on_real_cluster(request):
                     delete(name)
                 except client.ApiException:
                     pass
+
+
+@pytest.mark.parametrize("flag,args,warned,source", [
+    ("volcan", None, "volcan", ""),
+    (None, ["run", "--gang-scheduler-name", "my-sched"], "my-sched", "Deployment kubeflow/tfop args: "),
+    ("volcano", None, None, ""),
+    (None, ["run", "--enable-gang-scheduling"], None, ""),
+    (None, ["run", "--all-namespaces"], None, ""),  # gang scheduling off
+])
+def test_resolve_warns_about_an_unknown_backend_name(flag, args, warned, source):
+    target = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
+    assert target.warning == (source + registry.flag_warning(warned) if warned else None)

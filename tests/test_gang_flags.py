@@ -118,3 +118,15 @@ def test_auto_refused_offline_with_one_message(command):
                                 input=yaml.safe_dump(tfjob({"Worker": 1})))
     assert result.exit_code == 2
     assert "there is no cluster here: name the backend" in result.output
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+@pytest.mark.parametrize("name,warned", [("volcan", True), ("my-coscheduler", True), ("volcano", False),
+                                         (None, False)])
+def test_offline_commands_warn_about_an_unknown_backend_name(command, name, warned):
+    flags = ["--gang-scheduler-name", name] if name else []
+    result = CliRunner().invoke(cli, [command, "-f", "-", *flags], input=yaml.safe_dump(tfjob({"Worker": 1})))
+    assert result.exit_code == 0, result.output
+    warning = registry.flag_warning(name)
+    assert (warning is not None) == warned
+    assert result.stderr == (f"WARNING: {warning}\n" if warned else "")

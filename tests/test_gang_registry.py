@@ -123,3 +123,44 @@ def test_entry_points_extend_and_override(monkeypatch):
     assert "third-party" in backend_names()
     assert type(load_backend("third-party")[0]) is KubeBatchBackend
     assert type(load_backend("volcano")[0]) is KubeBatchBackend
+
+
+KNOWN = ("coscheduling, koordinator, kube-arbitrator, kube-batch, scheduler-plugins, volcano, yunikorn")
+
+
+@pytest.mark.parametrize("name,scheduler,warning", [
+    (None, None, None), ("", None, None), ("auto", None, None), ("volcano", None, None), ("pdb", None, None),
+    ("Not A Scheduler!", None, None),  # refused by load_backend with its own error, not warned about
+    ("my-coscheduler", None,
+     f"--gang-scheduler-name='my-coscheduler' is not a known backend ({KNOWN}): using scheduler-plugins with "
+     "pods' schedulerName 'my-coscheduler', as upstream v1.7+ does; its pods wait unless a scheduler named "
+     "'my-coscheduler' runs"),
+    ("volcan", None,
+     f"--gang-scheduler-name='volcan' is not a known backend ({KNOWN}): using scheduler-plugins with pods' "
+     "schedulerName 'volcan', as upstream v1.7+ does; its pods wait unless a scheduler named 'volcan' runs; "
+     "did you mean volcano?"),
+    ("my-coscheduler", "sp-sched",
+     f"--gang-scheduler-name='my-coscheduler' is not a known backend ({KNOWN}): using scheduler-plugins with "
+     "pods' schedulerName 'sp-sched', as upstream v1.7+ does; its pods wait unless a scheduler named "
+     "'sp-sched' runs"),
+])
+def test_flag_warning(name, scheduler, warning):
+    assert registry.flag_warning(name, scheduler) == warning
+
+
+@pytest.mark.parametrize("name,hint", [
+    ("kube-batcher", "did you mean kube-batch?"), ("yunicorn", "did you mean yunikorn?"),
+    ("kube", "did you mean kube-arbitrator or kube-batch?"), ("coscheduling-v2", "did you mean coscheduling?"),
+    ("my-scheduler", None),
+])
+def test_flag_warning_suggests_the_backend_meant(name, hint):
+    warning = registry.flag_warning(name)
+    assert (warning.rpartition("; ")[2] if hint else warning.endswith(f"named {name!r} runs")) == (hint or True)
+
+
+def test_flag_warning_knows_third_party_backends(monkeypatch):
+    class EP:
+        name, value = "third-party", "tfop.gang.backends.kube_batch:KubeBatchBackend"
+
+    monkeypatch.setattr(registry, "entry_points", lambda group: [EP()])
+    assert registry.flag_warning("third-party") is None

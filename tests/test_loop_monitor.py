@@ -10,10 +10,12 @@ from tfop.runtime.loop_monitor import LoopMonitor
 
 def test_a_blocked_loop_is_measured_and_logged(caplog):
     async def main():
-        monitor = LoopMonitor(interval=0.01, threshold=0.1, window=0.05).start()
+        monitor = LoopMonitor(interval=0.01, threshold=0.1, window=0.05)
+        task = asyncio.create_task(monitor.run())
         await asyncio.sleep(0.05)
         time.sleep(0.3)  # what a pass computing for 300 ms does to every other task
         await asyncio.sleep(0.1)
+        task.cancel()
         return monitor
 
     with caplog.at_level(logging.INFO, logger="tfop.loop"):
@@ -28,8 +30,10 @@ def test_a_blocked_loop_is_measured_and_logged(caplog):
 
 def test_an_idle_loop_logs_nothing(caplog):
     async def main():
-        monitor = LoopMonitor(interval=0.01, threshold=0.1, window=0.05).start()
+        monitor = LoopMonitor(interval=0.01, threshold=0.1, window=0.05)
+        task = asyncio.create_task(monitor.run())
         await asyncio.sleep(0.2)
+        task.cancel()
         return monitor
 
     with caplog.at_level(logging.INFO, logger="tfop.loop"):

@@ -51,23 +51,26 @@ def test_gang_rules_only_with_gang(rendered):
 
 
 @pytest.mark.parametrize("variant,args", [
-    ((False, None, None), ["run", "--all-namespaces"]),
+    ((False, None, None), ["run", "--all-namespaces", "--leader-elect"]),
     ((True, "volcano", None),
-     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]),
-    ((True, None, None), ["run", "--enable-gang-scheduling", "--all-namespaces"]),
+     ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces", "--leader-elect"]),
+    ((True, None, None), ["run", "--enable-gang-scheduling", "--all-namespaces", "--leader-elect"]),
     ((True, "coscheduling", "default-scheduler"),
      ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "coscheduling",
-      "--scheduler-name", "default-scheduler", "--all-namespaces"]),
+      "--scheduler-name", "default-scheduler", "--all-namespaces", "--leader-elect"]),
 ])
 def test_deployment(variant, args):
     dep = _by_kind(manifests.deploy_objects(*variant, namespace="ml", image="r/tfop:1"))["Deployment"]
     assert dep["metadata"]["namespace"] == "ml"
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    # Two replicas under leader election; a rollout adds the new one before the old one goes.
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["args"] == args and c["image"] == "r/tfop:1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["ports"][0]["containerPort"] == 8080
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["ports"][0]["containerPort"] == 8081
     assert set(c["resources"]) == {"requests", "limits"}
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
@@ -81,6 +84,10 @@ def test_namespace_everywhere():
     assert objs["Namespace"]["metadata"]["name"] == "ml"
     assert objs["ServiceAccount"]["metadata"]["namespace"] == "ml"
     assert objs["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml"
+    # The Lease is namespaced: the leader election's rights are too, in the operator's namespace only.
+    assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "ml"
+    assert objs["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "tfop", "namespace": "ml"}]
+    assert {r["apiGroups"][0] for r in objs["Role"]["rules"]} == {"coordination.k8s.io"}
 
 
 def test_auto_refused_offline():

@@ -6,7 +6,7 @@ import pytest
 from tfop.api import pods as P
 from tfop.gang.common import pending_reason
 from tfop.api.normalize import authored_version, normalize
-from tfop.kube.trim import trim_child, trim_job
+from tfop.kube.trim import keep_whole, trim_child, trim_job
 
 
 def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):
@@ -101,3 +101,10 @@ def test_trimmed_job_keeps_its_authored_version_and_spec(version, how):
     assert "fieldsV1" not in json.dumps(small)
     assert len(json.dumps(small)) < len(json.dumps(body))
     assert body == job(version, how), "the original is not modified"
+
+
+def test_keep_whole_keeps_everything():
+    """For an informer of objects a reconcile reads whole (TFJobs): nothing dropped, a copy of its own."""
+    pod = full_pod()
+    kept = keep_whole(pod)
+    assert kept == pod and kept is not pod

@@ -79,4 +79,4 @@ def test_kustomization_builds():
     out = subprocess.run(["kubectl", "kustomize", str(RBAC_DIR)], check=True,
                          capture_output=True, text=True).stdout
     kinds = sorted(o["kind"] for o in yaml.safe_load_all(out))
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]

@@ -200,3 +200,72 @@ def test_validate_without_gang_flags_skips_the_gang_rules(tmp_path, desc, obj, c
     path.write_text(yaml.safe_dump(obj))
     result = CliRunner().invoke(cli, ["validate", "-f", str(path)])
     assert (result.output, result.exit_code) == ("", 0)
+
+
+# ------------------------------------------------------------ malformed jobs: problems, never exceptions
+def _worker_template(**spec):
+    return {"spec": {"containers": [container()], **spec}}
+
+
+# (description, the job, [(field, message)] normalize reports: the schema's words, and nothing under them)
+MALFORMED = [
+    ("template not an object", tfjob({"Worker": rspec(template="pod")}),
+     [("spec.tfReplicaSpecs.Worker.template", 'Invalid value: "pod": must be of type object')]),
+    ("template metadata a list", tfjob({"Worker": rspec(template={"metadata": [1], **_worker_template()})}),
+     [("spec.tfReplicaSpecs.Worker.template.metadata", "Invalid value: [1]: must be of type object")]),
+    ("containerPort a word", tfjob({"Worker": rspec(template=pod_template(container(
+        ports=[{"name": "tfjob-port", "containerPort": "twenty"}])))}),
+     [("spec.tfReplicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort",
+       'Invalid value: "twenty": must be of type integer')]),
+    ("a container not an object: the others keep their index",
+     tfjob({"Worker": rspec(template={"spec": {"containers": [5, {"name": "tensorflow"}]}})}),
+     [("spec.tfReplicaSpecs.Worker.template.spec.containers[0]", "Invalid value: 5: must be of type object"),
+      ("spec.tfReplicaSpecs.Worker.template.spec.containers[1].image", "is empty: every container needs an image")]),
+    ("a null container", tfjob({"Worker": rspec(template={"spec": {"containers": [None, container()]}})}),
+     [("spec.tfReplicaSpecs.Worker.template.spec.containers[0]", "Invalid value: null: must be of type object")]),
+    ("spec a list", {**tfjob(), "spec": [1, 2]}, [("spec", "Invalid value: [1, 2]: must be of type object")]),
+    ("metadata a string", {**tfjob(), "metadata": "x"}, [("metadata", 'Invalid value: "x": must be of type object')]),
+    ("tfReplicaSpecs a number", tfjob(tfReplicaSpecs=7),
+     [("spec.tfReplicaSpecs", "Invalid value: 7: must be of type object")]),
+    ("a replica spec a list", tfjob({"Worker": [1]}),
+     [("spec.tfReplicaSpecs.Worker", "Invalid value: [1]: must be of type object")]),
+    ("a replica type that is a number", tfjob({"Worker": 1, 7: rspec()}),
+     [("spec.tfReplicaSpecs.7", "unknown replica type 7: use one of Chief, Master, PS, Worker, Evaluator")]),
+    ("restartPolicy a list: normalize's own check", tfjob({"Worker": rspec(restart_policy=["Never"])}),
+     [("spec.tfReplicaSpecs.Worker.restartPolicy", "['Never'] is unknown: use one of Always, OnFailure, Never, "
+                                                   "ExitCode")]),
+    ("runPolicy a string", tfjob(run_policy="all"),
+     [("spec.runPolicy", 'Invalid value: "all": must be of type object')]),
+    ("schedulingPolicy minResources a list", tfjob(run_policy={"schedulingPolicy": {"minResources": ["cpu"]}}),
+     [("spec.runPolicy.schedulingPolicy.minResources", 'Invalid value: ["cpu"]: must be of type object')]),
+    ("generation a word", tfjob(generation="third"),
+     [("metadata.generation", 'Invalid value: "third": must be of type integer')]),
+    ("a label not a string", {**tfjob(), "metadata": {"name": "tf-job", "labels": {"a": {"b": 1}}}},
+     [("metadata.labels.a", 'Invalid value: {"b": 1}: must be of type string')]),
+    ("creationTimestamp not a time", {**tfjob(), "metadata": {"name": "tf-job", "creationTimestamp": "yesterday"}},
+     [("metadata.creationTimestamp",
+       'Invalid value: "yesterday": must be a time like 2024-05-01T12:00:00Z (UTC, whole seconds)')]),
+    ("the last-applied annotation nested too deep for JSON",
+     tfjob(annotations={"kubectl.kubernetes.io/last-applied-configuration": "[" * 100000}), []),
+    ("status conditions an object", tfjob(status={"conditions": {"type": "Created"}}),
+     [("status.conditions", 'Invalid value: {"type": "Created"}: must be of type array')]),
+    ("enableDynamicWorker a string", tfjob(enableDynamicWorker="false"),
+     [("spec.enableDynamicWorker", 'Invalid value: "false": must be of type boolean')]),
+    ("a long value is cut", tfjob({"Worker": rspec(template=_worker_template(schedulerName=["x" * 500]))}),
+     [("spec.tfReplicaSpecs.Worker.template.spec.schedulerName",
+       'Invalid value: ["' + "x" * 95 + '...: must be of type string')]),
+]
+
+
+@pytest.mark.parametrize("desc,obj,expected", MALFORMED, ids=[r[0] for r in MALFORMED])
+def test_normalize_reports_malformed_jobs(desc, obj, expected):
+    assert [(p.field, p.message) for p in normalize(obj).problems] == expected
+
+
+def test_a_well_formed_job_is_read_as_it_is():
+    from tfop.api.wellformed import checked
+
+    obj = tfjob({"Worker": 2, "PS": 1}, run_policy={"schedulingPolicy": {"minAvailable": 2}},
+                status={"conditions": [], "startTime": "2024-05-01T12:00:00Z"})
+    assert checked(obj) == (obj, [])
+    assert checked(obj)[0] is obj  # not even copied

@@ -2,14 +2,17 @@
 
 Returns the model, notes worth an Event (things tfop interpreted for the user)
 and problems (things that make the job invalid, each naming field and fix).
+Whatever the object holds, normalize returns: a value of the wrong type is a
+problem (tfop.api.wellformed), never an exception.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tfop.api import rules
+from tfop.api import rules, wellformed
 from tfop.api.constants import (
     CLEAN_POD_POLICIES,
     DEFAULT_CONTAINER,
@@ -30,6 +33,7 @@ RUN_POLICY_FIELDS = {
     "activeDeadlineSeconds": "active_deadline_seconds",
     "backoffLimit": "backoff_limit",
 }
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # The cleanPodPolicy each version defaulted to upstream (None since v1.6 for v1).
 DEFAULT_CLEAN_POD_POLICY = {"v1": "None", "v1beta1": "Running", "v1alpha2": "Running"}
 
@@ -61,12 +65,13 @@ def authored_version(obj: Mapping[str, Any], operator_manager: str = "tfop") -> 
             version = str(json.loads(last).get("apiVersion", "")).rpartition("/")[2]
             if version in SERVED_VERSIONS:
                 return version
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not an object, nested too deep
             pass
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     return version if version in SERVED_VERSIONS else "v1"
 
 def normalize(obj: Mapping[str, Any]) -> Normalized:
+    obj, mistyped = wellformed.checked(obj)  # from here on every field read has its type
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     version = authored_version(obj)
@@ -79,6 +84,14 @@ def normalize(obj: Mapping[str, Any]) -> Normalized:
             "metadata.name",
             f"{name!r} is not a DNS-1035 label: use lower-case letters, digits and '-', "
             "starting with a letter, at most 63 characters",
+        ))
+
+    namespace = meta.get("namespace")
+    if namespace and not _DNS1123_LABEL.fullmatch(namespace):  # only a file can hold one: render, validate
+        problems.append(Problem(
+            "metadata.namespace",
+            f"{namespace!r} is not a namespace name (a DNS-1123 label): use lower-case letters, digits and "
+            "'-', starting and ending with a letter or digit, at most 63 characters",
         ))
 
     replicas = _replica_specs(spec, notes, problems)
@@ -103,7 +116,13 @@ def normalize(obj: Mapping[str, Any]) -> Normalized:
         creation_timestamp=meta.get("creationTimestamp"),
         status=obj.get("status") or {},
     )
+    # A mistyped value was dropped: what its absence means below it is no news.
+    problems = mistyped + [p for p in problems if not _under(p.field, mistyped)]
     return Normalized(job, tuple(notes), tuple(problems))
+
+
+def _under(field: str, problems: list[Problem]) -> bool:
+    return any(field == p.field or field.startswith((p.field + ".", p.field + "[")) for p in problems)
 
 
 def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:

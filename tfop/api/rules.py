@@ -64,12 +64,14 @@ def is_dns1035_label(name: Any) -> bool:
     return isinstance(name, str) and len(name) <= NAME_MAX and bool(_NAME_RE.match(name))
 
 
-def canonical_type(key: str) -> str | None:
+def canonical_type(key: Any) -> str | None:
     """The replica type a key names in any case.
 
     Deliberately looser than the CRD (REPLICA_KEYS): jobs stored before the CRD
     had its rules may say WORKER, and the operator still runs them.
     """
+    if not isinstance(key, str):  # YAML keys may be numbers, or null
+        return None
     for rtype in REPLICA_TYPES:
         if key.lower() == rtype.lower():
             return rtype

@@ -2,6 +2,7 @@
 and the checks more than one of them makes."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -23,6 +24,19 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+SHOWN_MAX = 100  # characters of a value quoted in a message: a 1 MB string is not repeated back
+
+
+def shown(value: Any) -> str:
+    """A value quoted in a message as the apiserver quotes it (JSON: control characters escaped,
+    so a message stays one line), cut to SHOWN_MAX characters; anything JSON cannot hold by repr."""
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):  # keys JSON cannot hold, a value containing itself
+        text = repr(value)
+    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX - 3] + "..."
 
 
 def is_whole_number(value: Any) -> bool:

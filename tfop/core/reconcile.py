@@ -41,6 +41,10 @@ def reconcile(job: TFJob, obs: Observed, now: datetime, ctx: Context,
 def _run_active(draft: Draft, ctx: Context) -> bool:
     """One pass over a job that should be running; False when it finished in this pass."""
     lifecycle.start(draft)
+    if draft.view.succeeded:
+        # Done by its pods, though the status may not say so yet (a crash before it was written):
+        # nothing may be created again, not even the gang's group, which `finish` then deletes.
+        return not lifecycle.record_progress(draft)
     if lifecycle.past_deadline(draft):
         return False
     gang = gang_step(draft, ctx)

@@ -36,6 +36,15 @@ class Settings:
     qps: float = 0.0
     # A job asking for more pods fails before any is built (tfop/core/lifecycle.py).
     max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB
+    # Leader election on a coordination.k8s.io Lease (client-go's defaults, in seconds).
+    leader_elect: bool = False
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
+    # The Lease's namespace; empty: the namespace the operator runs in (else kubeflow).
+    leader_elect_namespace: str = ""
+    # /healthz and /readyz, controller-runtime's default address; "0" turns them off.
+    health_probe_bind_address: str = ":8081"
 
     @property
     def all_namespaces(self) -> bool:

@@ -2,7 +2,8 @@
 
 backend_from_flags() is the single policy for --enable-gang-scheduling,
 --gang-scheduler-name and --scheduler-name; load_backend() maps one name and
-detect_backend() reads installed CRDs for `auto`.
+detect_backend() reads installed CRDs for `auto`; flag_warning() says when the
+flags are valid but probably not what was meant (every command shows it).
 
 Backends come from the `tfop.gang_backends` entry-point group (third parties
 add theirs there) plus the built-in table below, so a source checkout works
@@ -122,6 +123,42 @@ def load_backend(name: str | None, scheduler_name: str | None = None, *,
     if scheduler_name:
         where += " (from --scheduler-name)"
     return backend, f"{why}; pods use {where}"
+
+
+def flag_warning(gang_scheduler_name: str | None, scheduler_name: str | None = None) -> str | None:
+    """A warning when --gang-scheduler-name names no known backend, else None.
+
+    Such a name keeps upstream's meaning (v1.7+: scheduler-plugins, with the
+    name as the pods' schedulerName), which a misspelt backend also gets: its
+    pods then wait for a scheduler that does not exist. So it is said loudly.
+    """
+    name = gang_scheduler_name
+    if not name or name in (AUTO, *BUILTIN, *ALIASES) or not _DNS_SUBDOMAIN.fullmatch(name):
+        return None  # unset, auto, built in, or refused by load_backend with its own error
+    if name in _targets():  # a third party's backend (looked up only now: listing entry points takes ms)
+        return None
+    close = [known for known in backend_names() if _similar(name, known)]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    pods = scheduler_name or name
+    return (f"--gang-scheduler-name={name!r} is not a known backend ({', '.join(backend_names())}): "
+            f"using {FALLBACK} with pods' schedulerName {pods!r}, as upstream v1.7+ does; its pods wait "
+            f"unless a scheduler named {pods!r} runs{hint}")
+
+
+def _similar(name: str, known: str) -> bool:
+    """A likely misspelling: one is a prefix of the other, or they differ in at most two letters."""
+    if name.startswith(known) or known.startswith(name):
+        return True
+    return _edit_distance(name, known) <= 2
+
+
+def _edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 def gang_enabled(enable: bool, gang_scheduler_name: str | None) -> bool:

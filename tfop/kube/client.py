@@ -13,7 +13,7 @@ import random
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 
@@ -119,11 +119,51 @@ def collection_path(api_version: str, plural: str, namespace: str | None = None)
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
+# A LIST asks for this many objects a request (client-go's informers ask for 500 too): no answer of
+# 100,000 pods held whole in memory, none that outlasts its timeout.
+LIST_PAGE_SIZE = 500
+# A listing whose continue token expired (410 Gone: etcd compacted its snapshot) starts over this
+# many times at most; then the 410 goes to the caller (an informer relists after its backoff).
+LIST_RESTARTS = 3
+
+
+async def paginate(fetch: Callable[[str | None], Any],
+                   restarts: int = LIST_RESTARTS) -> AsyncIterator[tuple[dict, bool]]:
+    """The pages of one consistent listing, as (page, first); `fetch(continue_token)` asks for a page.
+
+    `first` is True for the page that begins a listing: the first one, or the first of a listing
+    started over because its continue token expired (410). The pages after that come from a newer
+    snapshot, so a caller drops what the earlier pages told it.
+    """
+    token: str | None = None
+    while True:
+        try:
+            page = await fetch(token)
+        except ApiError as err:
+            if err.status != 410 or token is None or restarts <= 0:
+                raise
+            restarts -= 1
+            token = None
+            continue
+        yield page, token is None
+        token = (page.get("metadata") or {}).get("continue") or None
+        if token is None:
+            return
+
+
+class NotLeading(Exception):
+    """A write refused before it was sent: this replica does not hold the leader Lease (any more)."""
+
+
 class KubeClient:
-    def __init__(self, credentials: Credentials, max_connections: int = 64):
+    def __init__(self, credentials: Credentials, max_connections: int = 64, user_agent: str = "tfop",
+                 write_gate: Callable[[], bool] | None = None):
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
+        self.user_agent = user_agent  # names the replica in the apiserver's audit log
+        # Asked before every write but the Lease's own: with leader election, only a leader writes.
+        self.write_gate = write_gate
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
 
     async def __aenter__(self) -> "KubeClient":
@@ -139,7 +179,7 @@ class KubeClient:
             await self._session.close()
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         token = self.credentials.bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -148,9 +188,11 @@ class KubeClient:
         return headers
 
     async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str = "application/json", timeout: float = 30) -> Any:
+                      content_type: str = "application/json", timeout: float = 30, gated: bool = True) -> Any:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in range(THROTTLE_RETRIES + 1):
+            if gated and method != "GET" and self.write_gate is not None and not self.write_gate():
+                raise NotLeading(f"{method} {path} not sent: this replica is not the leader")
             self.requests += 1
             async with self._session.request(
                 method, self.credentials.server + path, data=data, params=params,
@@ -169,11 +211,17 @@ class KubeClient:
                 return payload
 
     # -- verbs ------------------------------------------------------------------
-    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False) -> dict | None:
+    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:
         """Create; a name already taken answers ApiError 409 (whose it is, the caller finds out)."""
         meta = obj["metadata"]
         path = collection_path(obj["apiVersion"], plural, meta.get("namespace"))
-        return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
+        return await self.request("POST", path, obj, params={"dryRun": "All"} if dry_run else None, gated=gated)
+
+    async def replace(self, obj: Mapping[str, Any], plural: str, gated: bool = True) -> dict:
+        """PUT the whole object; its metadata.resourceVersion makes a concurrent change answer 409."""
+        meta = obj["metadata"]
+        path = f"{collection_path(obj['apiVersion'], plural, meta.get('namespace'))}/{meta['name']}"
+        return await self.request("PUT", path, obj, gated=gated)
 
     async def delete(self, api_version: str, plural: str, namespace: str | None, name: str,
                      propagation: str | None = None) -> dict | None:
@@ -205,9 +253,30 @@ class KubeClient:
             raise
 
     async def list(self, api_version: str, plural: str, namespace: str | None = None,
-                   label_selector: str | None = None) -> dict:
-        params = {"labelSelector": label_selector} if label_selector else None
-        return await self.request("GET", collection_path(api_version, plural, namespace), params=params, timeout=120)
+                   label_selector: str | None = None, limit: int = LIST_PAGE_SIZE) -> dict:
+        """Every page of a LIST as one list: its items and the metadata (resourceVersion) of its snapshot."""
+        items: list = []
+        listing: dict = {}
+        async for page, first in self.list_pages(api_version, plural, namespace, label_selector, limit):
+            if first:
+                items, listing = [], page
+            items += page.get("items") or []
+        meta = {k: v for k, v in (listing.get("metadata") or {}).items() if k != "continue"}
+        return {**listing, "metadata": meta, "items": items}
+
+    def list_pages(self, api_version: str, plural: str, namespace: str | None = None,
+                   label_selector: str | None = None, limit: int = LIST_PAGE_SIZE) -> AsyncIterator[tuple[dict, bool]]:
+        """The pages of a LIST, `limit` items each, as (page, first): see paginate()."""
+        path = collection_path(api_version, plural, namespace)
+
+        async def fetch(token: str | None) -> dict:
+            params = {"limit": str(limit)}
+            if label_selector:
+                params["labelSelector"] = label_selector
+            if token:
+                params["continue"] = token
+            return await self.request("GET", path, params=params, timeout=120)
+        return paginate(fetch)
 
     async def watch(self, api_version: str, plural: str, namespace: str | None, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 290) -> AsyncIterator[dict]:

@@ -83,6 +83,11 @@ def trim_child(obj: Mapping[str, Any], keep_spec: bool = False) -> dict:
     return out
 
 
+def keep_whole(obj: Mapping[str, Any]) -> dict:
+    """For an informer that keeps objects as the API sent them (a TFJob's reconcile reads all of it)."""
+    return dict(obj)
+
+
 def trim_job(body: Mapping[str, Any]) -> dict:
     """A TFJob as the controller keeps it: no managedFields fieldsV1 and no last-applied copy of the
     whole job; the API version they say the job was written in (tfop.api.normalize.authored_version) stays."""

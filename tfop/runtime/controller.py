@@ -28,6 +28,7 @@ from tfop.runtime.apply import Applier
 from tfop.runtime.informer import Informer, newer
 from tfop.runtime.jobs import JobKey, JobRecord
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
+from tfop.runtime.supervisor import first_of, stop_all
 from tfop.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("tfop.controller")
@@ -35,6 +36,8 @@ log = logging.getLogger("tfop.controller")
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # A job that has not finished is reconciled at least this often (an API call only if something changed).
 RESYNC_SECONDS = 30.0
+# A reconcile running longer is stuck (its requests time out after 30 s each): /healthz fails.
+STUCK_AFTER_SECONDS = 300.0
 
 
 class RetryLater(Exception):
@@ -54,6 +57,8 @@ class Controller:
         self.jobs: dict[JobKey, JobRecord] = {}
         # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
         self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests)
+        self.synced = asyncio.Event()
+        self.watches: dict[str, asyncio.Task] = {}
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         self._watch_children(list(settings.namespaces) or [None])
         self.applier = Applier(client, self.call, self.pods, self.services, self.groups)
@@ -122,18 +127,44 @@ class Controller:
                      self.backend.name)
         self.ctx = replace(self.ctx, pods_before_admission=True)
 
-    async def run(self) -> None:
-        """Watch the children; reconcile only once every cache is filled (no duplicate creates)."""
-        await self.decide_pods_before_admission()
-        watches = [asyncio.create_task(i.run()) for i in self.informers]
-        await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        log.info("caches synced: %d pods, %d services; reconciling", len(self.pods.objects),
-                 len(self.services.objects))
+    async def run(self, leading: asyncio.Event | None = None) -> None:
+        """Fill every cache, wait to lead (a standby keeps its caches warm), then reconcile.
+
+        Reconciling starts only once every cache is filled (no duplicate creates); an informer
+        that stops ends this with VitalTaskDied, whatever stage it is at.
+        """
+        self.watches = {f"informer {i.plural}": asyncio.create_task(i.run(), name=f"tfop-informer-{i.plural}")
+                        for i in self.informers}
         try:
-            await self.queue.run()
+            await first_of(asyncio.gather(*(i.synced.wait() for i in self.informers)), self.watches)
+            self.synced.set()
+            log.info("caches synced: %d jobs, %d pods, %d services", len(self.jobs), len(self.pods.objects),
+                     len(self.services.objects))
+            if leading is not None and not leading.is_set():
+                log.info("standby: caches warm; reconciling starts when this replica holds the leader Lease")
+                await first_of(leading.wait(), self.watches)
+            await first_of(self.decide_pods_before_admission(), self.watches)
+            log.info("reconciling")
+            await first_of(self.queue.run(), self.watches)
         finally:
-            for task in watches:
-                task.cancel()
+            await stop_all(self.watches.values())
+
+    def liveness_checks(self) -> dict:
+        """For /healthz: every informer still running, no reconcile stuck (each request times out in 30 s)."""
+        def informers() -> str | None:
+            stopped = [name for name, task in self.watches.items() if task.done()]
+            return f"stopped: {', '.join(stopped)}" if stopped else None
+
+        def workers() -> str | None:
+            longest = self.queue.longest_running()
+            if longest is not None and longest[1] > STUCK_AFTER_SECONDS:
+                return f"the reconcile of {longest[0][0]}/{longest[0][1]} has run for {longest[1]:.0f}s"
+            return None
+        return {"informers": informers, "workers": workers}
+
+    def readiness_checks(self) -> dict:
+        """For /readyz: caches synced (a standby then is ready to lead at once)."""
+        return {"caches": lambda: None if self.synced.is_set() else "caches not synced yet"}
 
     # -- one pass -----------------------------------------------------------------
     def observe(self, key: JobKey, record: JobRecord) -> Observed:
@@ -191,5 +222,11 @@ class Controller:
             return await coro_fn(*args, **kwargs)
 
     async def flush_statuses(self, timeout: float = 5.0) -> int:
-        """On shutdown: write the held statuses, so `kubectl get tfjob` does not lag behind by a restart."""
+        """On shutdown: write the held statuses, so `kubectl get tfjob` does not lag behind by a restart.
+
+        Only a replica that may write (the leader, or any without leader election) has any to write.
+        """
+        gate = self.client.write_gate
+        if gate is not None and not gate():
+            return 0
         return await self.statuses.flush(list(self.jobs.values()), timeout)

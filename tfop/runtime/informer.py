@@ -1,36 +1,78 @@
-"""Watch one kind of child object by label and keep a trimmed copy of each in memory.
+"""Watch one kind of object by label and keep a copy of each in memory, trimmed or whole.
 
-Only the fields a reconcile reads are kept (tfop/kube/trim.py: metadata and
-the parts of the status it reads, never the pod spec), so thousands of pods cost
-little memory. Every change wakes the
-reconcile of the job the object belongs to.
+Children are kept trimmed (tfop/kube/trim.py: metadata and the parts of the
+status a reconcile reads, never the pod spec), so thousands of pods cost
+little memory; every change wakes the reconcile of the job the object belongs
+to. An informer can also keep whole objects and tell every change of every
+object (on_event), as a watch of TFJobs needs.
+
+The cache only moves forward: a copy older than the one kept, or than a
+deletion seen (a tombstone), is dropped, whatever order the watch and our own
+requests' answers arrive in. A deletion is told once, however it is learnt: a
+watch DELETED, a relist that no longer lists the object, or our own DELETE's
+answer.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Iterable, Mapping
+import random
+import time
+from collections import deque
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from tfop.api.constants import LABEL_JOB
-from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.trim import trim_child
 from tfop.runtime.jobs import JobKey
 
 log = logging.getLogger("tfop.informer")
+Name = tuple[str, str]  # (namespace, name)
+
+# A tombstone stops the late answer of a request sent before the deletion; answers come within their
+# timeout (30 s, a LIST's 120 s), so one older than this protects nothing. At most this many are kept
+# (~0.5 KB each with their strings: 25 MB if 50,000 objects go within minutes), the oldest dropped first.
+TOMBSTONE_SECONDS = 300.0
+MAX_TOMBSTONES = 50_000
+# Pauses between relists: doubling from the first to the longest, each spread by +-JITTER so
+# informers that failed together do not return together; reset after a watch that ran this long.
+BACKOFF_FIRST, BACKOFF_LONGEST, BACKOFF_JITTER = 0.8, 30.0, 0.2
+HEALTHY_WATCH_SECONDS = 60.0
+SHORT_WATCH_SECONDS = 1.0  # a watch the apiserver ends sooner is resumed only after a pause
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion") or ""
 
 
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    """resourceVersions are opaque, but etcd's are integers: compare them when they are."""
+    """Whether `candidate` is at least as new as `current`. resourceVersions are opaque, but etcd's
+    are integers: compared when they are. A copy without one is never newer than a known object: the
+    apiserver answers a DELETE that someone else finished first with such a copy (the pod as it was
+    before the deletion), which would otherwise bring a deleted pod back."""
     if current is None:
         return True
-    a, b = candidate["metadata"].get("resourceVersion", ""), current["metadata"].get("resourceVersion", "")
+    a, b = version_of(candidate), version_of(current)
+    if not a:
+        return False
     if a.isdigit() and b.isdigit():
         return int(a) >= int(b)
     return True
 
 
-def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return a["metadata"].get("resourceVersion") == b["metadata"].get("resourceVersion")
+def _uid(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("uid") or ""
+
+
+def _later_incarnation(kept: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """`kept` is a newer object of the same name than `obj` (deleted and created again since)."""
+    if _uid(kept) and _uid(obj) and _uid(kept) == _uid(obj):
+        return False
+    a, b = version_of(kept), version_of(obj)
+    if a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return bool(_uid(kept) and _uid(obj))  # different uids, versions not comparable: keep what we have
 
 
 def default_key(obj: Mapping[str, Any]) -> JobKey | None:
@@ -39,22 +81,86 @@ def default_key(obj: Mapping[str, Any]) -> JobKey | None:
     return (meta.get("namespace", ""), job) if job else None
 
 
-class Informer:
-    def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
-                 namespaces: Iterable[str | None], label_selector: str | None,
-                 on_change: Callable[[JobKey], None], keep_spec: bool = False,
+class Tombstone(NamedTuple):
+    version: str  # the deleted object's last resourceVersion
+    uid: str
+    expires: float
+
+    def covers(self, obj: Mapping[str, Any]) -> bool:
+        """`obj` is the deleted object itself (any copy of it) or an older one of the same name."""
+        if _uid(obj) and self.uid and _uid(obj) == self.uid:
+            return True
+        a = version_of(obj)
+        if a.isdigit() and self.version.isdigit():
+            return int(a) <= int(self.version)
+        return not a or a == self.version
+
+
+class Tombstones:
+    """The names deleted lately, bounded in time and number; pruned from the oldest as new ones come
+    (amortised O(1) a deletion, never a scan)."""
+
+    def __init__(self, ttl: float = TOMBSTONE_SECONDS, limit: int = MAX_TOMBSTONES,
+                 clock: Callable[[], float] = time.monotonic):
+        self.ttl, self.limit, self.clock = ttl, limit, clock
+        self._by_name: dict[Name, Tombstone] = {}
+        self._order: deque[tuple[Tombstone, Name]] = deque()  # oldest first; replaced ones are skipped
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def get(self, name: Name) -> Tombstone | None:
+        tomb = self._by_name.get(name)
+        if tomb is not None and tomb.expires <= self.clock():
+            del self._by_name[name]
+            return None
+        return tomb
+
+    def add(self, name: Name, version: str, uid: str) -> None:
+        now = self.clock()
+        tomb = self._by_name[name] = Tombstone(version, uid, now + self.ttl)
+        self._order.append((tomb, name))
+        while self._order and (self._order[0][0].expires <= now or len(self._order) > self.limit):
+            oldest, old = self._order.popleft()
+            if self._by_name.get(old) is oldest:  # not replaced by a later deletion of that name
+                del self._by_name[old]
+
+
+class Backoff:
+    """Exponential pauses with jitter between relists (client-go's reflector does the same)."""
+
+    def __init__(self, first: float = BACKOFF_FIRST, longest: float = BACKOFF_LONGEST,
+                 jitter: float = BACKOFF_JITTER, healthy: float = HEALTHY_WATCH_SECONDS,
+                 rand: Callable[[], float] = random.random):
+        self.first, self.longest, self.jitter, self.healthy, self.rand = first, longest, jitter, healthy, rand
+        self._next = first
+
+    def after(self, ran: float) -> float:
+        """The pause before the next try, after a try that ran `ran` seconds: a long, healthy one
+        starts the doubling over."""
+        if ran >= self.healthy:
+            self._next = self.first
+        delay, self._next = self._next, min(self._next * 2, self.longest)
+        return delay * (1 + self.jitter * (2 * self.rand() - 1))
+
+
+class Cache:
+    """The objects of one kind as last known, by name and by job; the rules that keep it moving forward."""
+
+    def __init__(self, api_version: str, kind: str, on_change: Callable[[JobKey], None], keep_spec: bool = False,
                  key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
-                 on_gone: Callable[[JobKey, str], None] | None = None):
-        self.client, self.api_version, self.plural, self.kind = client, api_version, plural, kind
-        self.namespaces = list(namespaces)
-        self.label_selector, self.on_change, self.keep_spec, self.key_of = label_selector, on_change, keep_spec, key_of
-        self.on_gone = on_gone  # told of each object a watch DELETED event removes
-        self.objects: dict[tuple[str, str], dict] = {}
-        self.by_job: dict[JobKey, set[tuple[str, str]]] = {}
-        # Deleted names and their last resourceVersion: a late API response must not resurrect them.
-        self.tombstones: dict[tuple[str, str], dict] = {}
-        self.synced = asyncio.Event()
-        self._pending_syncs = len(self.namespaces)
+                 on_gone: Callable[[JobKey, str], None] | None = None,
+                 on_event: Callable[[str, dict], None] | None = None,
+                 trim: Callable[[Mapping[str, Any]], dict] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.api_version, self.kind, self.on_change, self.key_of = api_version, kind, on_change, key_of
+        self.on_gone = on_gone  # told once of each deleted object: its job's key and its name
+        self.on_event = on_event  # told of every change: ("ADDED" | "MODIFIED" | "DELETED", object as kept)
+        self.trim = trim or partial(trim_child, keep_spec=keep_spec)  # or e.g. tfop.kube.trim.keep_whole
+        self.clock = clock
+        self.objects: dict[Name, dict] = {}
+        self.by_job: dict[JobKey, set[Name]] = {}
+        self.tombstones = Tombstones(clock=clock)
 
     # -- reads ------------------------------------------------------------------
     def for_job(self, key: JobKey) -> list[dict]:
@@ -63,70 +169,175 @@ class Informer:
     def get(self, namespace: str, name: str) -> dict | None:
         return self.objects.get((namespace, name))
 
-    # -- writes (from watch events, and from our own API responses) --------------
+    # -- writes (from watch events and relists, and from our own API responses) --------
     def upsert(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
-        if not newer(obj, self.objects.get(name)):
+        current = self.objects.get(name)
+        if not version_of(obj):
+            self._mark_deleting(name, current, obj)
             return
+        if not newer(obj, current):
+            return  # older than what we have
+        if current is not None and version_of(obj) == version_of(current):
+            return  # the same version again (our create's answer, then its ADDED)
         tomb = self.tombstones.get(name)
-        if tomb is not None and (not newer(obj, tomb) or _same_version(obj, tomb)):
-            return
-        self.tombstones.pop(name, None)
+        if tomb is not None and tomb.covers(obj):
+            return  # deleted since: a late answer must not bring it back
+        if current is not None and _uid(current) and _uid(obj) and _uid(current) != _uid(obj):
+            self._forget(name, current)  # deleted and created again unseen (a relist tells): the old one is gone
+            self._deleted(name, current)
+            current = None
         obj = dict(obj, apiVersion=obj.get("apiVersion") or self.api_version, kind=obj.get("kind") or self.kind)
-        self.objects[name] = trim_child(obj, self.keep_spec)
+        kept = self.objects[name] = self.trim(obj)
         key = self.key_of(obj)
         if key:
             self.by_job.setdefault(key, set()).add(name)
-            self.on_change(key)
-
-    def remove(self, obj: Mapping[str, Any], seen_by_watch: bool = False) -> None:
-        meta = obj["metadata"]
-        name = (meta.get("namespace", ""), meta["name"])
-        known = self.objects.pop(name, None)
-        self.tombstones[name] = {"metadata": {"resourceVersion": meta.get("resourceVersion", "")}}
-        key = self.key_of(known or obj)
-        if key and seen_by_watch and self.on_gone is not None:
-            self.on_gone(key, meta["name"])
+        if self.on_event is not None:
+            self.on_event("ADDED" if current is None else "MODIFIED", kept)
         if key:
-            names = self.by_job.get(key)
-            if names is not None:
-                names.discard(name)
-                if not names:
-                    del self.by_job[key]
             self.on_change(key)
 
-    # -- the watch loop -----------------------------------------------------------
+    def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:
+        """A copy without a version (see newer()) can tell one thing only: the object we have is being
+        deleted. Never more: the object itself, or its deletion, comes with the watch."""
+        stamp = obj["metadata"].get("deletionTimestamp")
+        if current is None or not stamp or current["metadata"].get("deletionTimestamp") or _uid(current) != _uid(obj):
+            return
+        kept = self.objects[name] = {**current, "metadata": {**current["metadata"], "deletionTimestamp": stamp}}
+        if self.on_event is not None:
+            self.on_event("MODIFIED", kept)
+        key = self.key_of(kept)
+        if key:
+            self.on_change(key)
+
+    def remove(self, obj: Mapping[str, Any]) -> None:
+        """`obj` was deleted: a watch DELETED, a relist that no longer lists it, or our DELETE's answer."""
+        name = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        current = self.objects.get(name)
+        if current is not None and _later_incarnation(current, obj):
+            current = None  # a late DELETED of the object this name had before: the new one stays
+        tomb = self.tombstones.get(name)
+        if tomb is not None and tomb.covers(obj):
+            return  # told already (our DELETE's answer came first, or this is the old object's DELETED)
+        if current is not None:
+            self._forget(name, current)
+        self._deleted(name, obj if version_of(obj) or current is None else current)
+
+    def _forget(self, name: Name, obj: Mapping[str, Any]) -> None:
+        self.objects.pop(name, None)
+        key = self.key_of(obj)
+        names = self.by_job.get(key) if key else None
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self.by_job[key]
+
+    def _deleted(self, name: Name, obj: Mapping[str, Any]) -> None:
+        """Remember the deletion (a tombstone) and tell it, once."""
+        self.tombstones.add(name, version_of(obj), _uid(obj))
+        key = self.key_of(obj)
+        if key and self.on_gone is not None:
+            self.on_gone(key, name[1])
+        if self.on_event is not None:
+            gone = dict(obj, apiVersion=obj.get("apiVersion") or self.api_version, kind=obj.get("kind") or self.kind)
+            self.on_event("DELETED", self.trim(gone))
+        if key:
+            self.on_change(key)
+
+    def handle_event(self, event: Mapping[str, Any], version: str) -> str | None:
+        """Apply one watch event; the version to resume from, or None to relist (ERROR: e.g. 410 Gone)."""
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            return None
+        version = version_of(obj) or version
+        if kind == "DELETED":
+            self.remove(obj)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.upsert(obj)
+        return version  # BOOKMARK: only the version
+
+    def absorb(self, items: Iterable[Mapping[str, Any]]) -> set[Name]:
+        """A page of a listing; the names it holds."""
+        names = set()
+        for item in items:
+            names.add((item["metadata"].get("namespace", ""), item["metadata"]["name"]))
+            self.upsert(item)
+        return names
+
+    def sweep(self, namespace: str | None, listed: set[Name], version: str) -> None:
+        """After a complete listing at `version`: what it no longer holds was deleted. An object newer
+        than the listing (our own create's answer) stays: the watch from `version` tells its fate."""
+        for name, obj in list(self.objects.items()):
+            if name in listed or (namespace is not None and name[0] != namespace):
+                continue
+            mine = version_of(obj)
+            if mine.isdigit() and version.isdigit() and int(mine) > int(version):
+                continue
+            self.remove(obj)
+
+
+class Informer(Cache):
+    """A Cache filled by listing and watching, in each namespace (None: all of them)."""
+
+    def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
+                 namespaces: Iterable[str | None], label_selector: str | None,
+                 on_change: Callable[[JobKey], None], keep_spec: bool = False,
+                 key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
+                 on_gone: Callable[[JobKey, str], None] | None = None,
+                 on_event: Callable[[str, dict], None] | None = None,
+                 trim: Callable[[Mapping[str, Any]], dict] | None = None,
+                 clock: Callable[[], float] = time.monotonic, page_size: int = LIST_PAGE_SIZE):
+        super().__init__(api_version, kind, on_change, keep_spec=keep_spec, key_of=key_of, on_gone=on_gone,
+                         on_event=on_event, trim=trim, clock=clock)
+        self.client, self.plural, self.label_selector, self.page_size = client, plural, label_selector, page_size
+        self.namespaces = list(namespaces)
+        self.synced = asyncio.Event()
+        self._pending_syncs = len(self.namespaces)
+
     async def run(self) -> None:
         await asyncio.gather(*(self._run_namespace(ns) for ns in self.namespaces))
 
     async def _run_namespace(self, namespace: str | None) -> None:
-        first = True
+        backoff, unsynced, where = Backoff(), True, namespace or "all namespaces"
         while True:
+            started = self.clock()
             try:
                 version = await self._relist(namespace)
-                if first:
-                    first = False
+                if unsynced:
+                    unsynced = False
                     self._mark_synced()
-                while version:
-                    version = await self._watch(namespace, version)
+                started = self.clock()
+                why = await self._follow(namespace, version)
+                delay = backoff.after(self.clock() - started)
+                log.info("%s watch (%s) %s, relisting in %.1fs", self.plural, where, why, delay)
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
+                delay = backoff.after(self.clock() - started)
                 if err.status not in (403, 404):
-                    log.warning("%s watch (%s) failed, relisting in 1s: %s", self.plural, namespace or "all", err)
-                    await asyncio.sleep(1)
-                    continue
-                # A missing CRD or RBAC rule must not stall every other job: count as synced (empty), say it.
-                log.error("cannot list %s (%s): %s; retrying in 10s (run `tfop doctor`)", self.plural,
-                          namespace or "all namespaces", err)
-                if first:
-                    first = False
-                    self._mark_synced()
-                await asyncio.sleep(10)
+                    log.warning("%s watch (%s) failed, relisting in %.1fs: %s", self.plural, where, delay, err)
+                else:
+                    # A missing CRD or RBAC rule must not stall every other job: count as synced (empty), say it.
+                    log.error("cannot list %s (%s): %s; retrying in %.1fs (run `tfop doctor`)", self.plural,
+                              where, err, delay)
+                    if unsynced:
+                        unsynced = False
+                        self._mark_synced()
             except Exception as err:  # noqa: BLE001 - a watch must survive anything and relist
-                log.warning("%s watch (%s) failed, relisting in 1s: %s", self.plural, namespace or "all", err)
-                await asyncio.sleep(1)
+                delay = backoff.after(self.clock() - started)
+                log.warning("%s watch (%s) failed, relisting in %.1fs: %s", self.plural, where, delay, err)
+            await asyncio.sleep(delay)
+
+    async def _follow(self, namespace: str | None, version: str) -> str:
+        """Watch from `version`, resuming each time the apiserver ends a watch; why a relist is needed."""
+        while True:
+            began = self.clock()
+            version = await self._watch(namespace, version)
+            if not version:
+                return "expired"
+            if self.clock() - began < SHORT_WATCH_SECONDS:
+                return "ended at once"
 
     def _mark_synced(self) -> None:
         self._pending_syncs -= 1
@@ -134,34 +345,25 @@ class Informer:
             self.synced.set()
 
     async def _relist(self, namespace: str | None) -> str:
-        listing = await self.client.list(self.api_version, self.plural, namespace, self.label_selector)
-        seen = set()
-        self.tombstones.clear()
-        for item in listing.get("items") or []:
-            item.setdefault("apiVersion", self.api_version)
-            item.setdefault("kind", self.kind)
-            seen.add((item["metadata"].get("namespace", ""), item["metadata"]["name"]))
-            self.upsert(item)
-        for name, obj in list(self.objects.items()):
-            if name not in seen and (namespace is None or name[0] == namespace):
-                self.remove(obj)
-        return listing["metadata"]["resourceVersion"]
+        """List page by page, then sweep; the listing's version, to watch from."""
+        listed: set[Name] = set()
+        version = ""
+        async for page, first in self.client.list_pages(self.api_version, self.plural, namespace,
+                                                         self.label_selector, self.page_size):
+            if first:  # a new listing (or one started over): the earlier pages' snapshot is dropped
+                listed, version = set(), version_of(page)
+            listed |= self.absorb(page.get("items") or [])
+        self.sweep(namespace, listed, version)
+        return version
 
     async def _watch(self, namespace: str | None, version: str) -> str | None:
         """Follow the watch; the version to resume from, or None to relist."""
         try:
             async for event in self.client.watch(self.api_version, self.plural, namespace, version,
                                                  self.label_selector):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    return None  # 410 Gone and friends: our version is too old
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if kind == "BOOKMARK":
-                    continue
-                if kind == "DELETED":
-                    self.remove(obj, seen_by_watch=True)
-                else:
-                    self.upsert(obj)
+                version = self.handle_event(event, version)
+                if version is None:
+                    return None
         except ApiError as err:
             if err.status == 410:
                 return None

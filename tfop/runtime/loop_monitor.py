@@ -16,7 +16,6 @@ INTERVAL = 0.02  # seconds between wake-ups: finer than the stalls worth reporti
 THRESHOLD = 0.1  # a stall longer than this is a warning; a pass is meant to hold the loop ~50 ms at most
 WINDOW = 5.0  # seconds summed up in one line about the longest stall
 REPORTED = 0.01  # a window whose longest stall is shorter says nothing
-_RUNNING: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
 
 class LoopMonitor:
@@ -25,13 +24,6 @@ class LoopMonitor:
         self.longest = 0.0  # seconds: the longest stall since the start
         self.window_longest = 0.0  # and in the current window
         self.window_end: float | None = None
-
-    def start(self) -> "LoopMonitor":
-        """Run on the current event loop until it stops."""
-        task = asyncio.get_running_loop().create_task(self.run(), name="tfop-loop-monitor")
-        _RUNNING.add(task)
-        task.add_done_callback(_RUNNING.discard)
-        return self
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

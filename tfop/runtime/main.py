@@ -1,16 +1,36 @@
-"""Start the operator: kopf watches TFJobs; our controller watches their children and reconciles."""
+"""Start one operator replica: kopf runs the process and watches TFJobs; our controller reconciles.
+
+With leader election one replica reconciles and the others keep warm caches; every vital task is
+supervised (tfop/runtime/supervisor.py), so the process never stays alive doing nothing.
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
+import uuid
+from pathlib import Path
+from typing import Awaitable, Callable
 
+import aiohttp
+
+from tfop import __version__
 from tfop.api.constants import FINALIZER, GROUP, PLURAL, STORAGE_VERSION
-from tfop.core.settings import Settings
+from tfop.core.settings import DEFAULT_NAMESPACE, Settings
 from tfop.gang.base import GangBackend
-from tfop.kube.client import Credentials, KubeClient
+from tfop.kube.client import ApiError, Credentials, KubeClient
 from tfop.runtime.controller import Controller
+from tfop.runtime.health import HealthServer, parse_bind_address
+from tfop.runtime.leader import LeaderElector
+from tfop.runtime.lease import LeaseTiming
 from tfop.runtime.loop_monitor import LoopMonitor
+from tfop.runtime.supervisor import first_of, stop_all
+
+LEASE_NAME = "tfop"
+IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
+STARTUP_TIMEOUT_SECONDS = 30.0
 
 
 def _import_kopf():
@@ -57,7 +77,8 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     return backend
 
 
-def build_registry(controller_ref: list, credentials: Credentials) -> kopf.OperatorRegistry:
+def build_registry(controller: Controller, credentials: Credentials,
+                   on_cleanup: Callable[[], Awaitable[None]]) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -75,43 +96,124 @@ def build_registry(controller_ref: list, credentials: Credentials) -> kopf.Opera
     @kopf.on.event(GROUP, STORAGE_VERSION, PLURAL, registry=registry)
     def on_tfjob(event, **_):
         obj = event.get("object")
-        if obj and controller_ref:
-            controller_ref[0].job_event(event.get("type"), obj)
+        if obj:
+            controller.job_event(event.get("type"), obj)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_):
+        # kopf waits 5 s for tasks started after it before it exits: stop ours now, not then.
+        await on_cleanup()
 
     return registry
 
 
-async def run_operator(settings: Settings, kubeconfig: str | None = None,
-                       liveness: str | None = "http://0.0.0.0:8080/healthz",
-                       stop_flag: asyncio.Event | None = None) -> None:
-    LoopMonitor().start()  # logs event-loop stalls (e.g. one job's pass computing too long)
-    credentials = Credentials.load(kubeconfig)
-    async with KubeClient(credentials, max_connections=settings.max_concurrent_requests) as client:
-        backend = await resolve_backend(settings, client)
-        controller = Controller(settings, client, backend)
-        controller_ref = [controller]
-        registry = build_registry(controller_ref, credentials)
-        work = asyncio.create_task(controller.run(), name="tfop-controller")
+class StartupError(Exception):
+    """The operator cannot start (the apiserver unreachable, a request refused): one line says why."""
 
-        @kopf.on.cleanup(registry=registry)
-        async def stop_controller(**_):
-            # kopf waits 5 s for tasks started after it before it exits: stop ours now, not then.
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            try:
-                written = await controller.flush_statuses(timeout=3.0)
-                if written:
-                    log.info("wrote %d held job statuses before stopping", written)
-            except asyncio.TimeoutError:
-                log.warning("held job statuses not all written within 3 s of stopping; the next operator "
-                            "recomputes them")
 
+def replica_identity() -> str:
+    """client-go's form: the host (the pod's name in a cluster) and a unique suffix."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:10]}"
+
+
+def lease_namespace(settings: Settings) -> str:
+    """--leader-elect-namespace, else the namespace this pod runs in, else tfop's default."""
+    if settings.leader_elect_namespace:
+        return settings.leader_elect_namespace
+    try:
+        return Path(IN_CLUSTER_NAMESPACE_FILE).read_text().strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+async def start_up(settings: Settings, client: KubeClient) -> GangBackend | None:
+    try:
+        return await asyncio.wait_for(resolve_backend(settings, client), STARTUP_TIMEOUT_SECONDS)
+    except ApiError as err:
+        raise StartupError(f"the apiserver refused a start-up request: {err}") from None
+    except asyncio.TimeoutError:
+        raise StartupError(f"no answer from the apiserver at {client.credentials.server} within "
+                           f"{STARTUP_TIMEOUT_SECONDS:g}s") from None
+    except (OSError, aiohttp.ClientError) as err:
+        raise StartupError(f"cannot reach the apiserver at {client.credentials.server}: {err}") from None
+
+
+class Operator:
+    """One replica: the controller, its leader election and probes, under kopf and a supervisor."""
+
+    def __init__(self, settings: Settings, client: KubeClient, controller: Controller,
+                 elector: LeaderElector | None):
+        self.settings, self.client, self.controller, self.elector = settings, client, controller, elector
+        self.stopping = asyncio.Event()
+        self.vital: dict[str, asyncio.Task] = {}
+
+    def start_tasks(self) -> None:
+        leading = self.elector.leading if self.elector else None
+        self.vital["controller"] = asyncio.create_task(self.controller.run(leading), name="tfop-controller")
+        if self.elector is not None:
+            self.vital["leader election"] = asyncio.create_task(self.elector.run(), name="tfop-leader-election")
+        self.vital["event-loop monitor"] = asyncio.create_task(LoopMonitor().run(), name="tfop-loop-monitor")
+
+    async def stop(self) -> None:
+        """A clean stop: no more reconciling, held statuses written, the Lease handed over."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        await stop_all([self.vital.get("controller")])
         try:
-            await kopf.operator(
-                registry=registry, standalone=True, liveness_endpoint=liveness,
-                clusterwide=settings.all_namespaces, namespaces=list(settings.namespaces),
-                stop_flag=stop_flag,
-            )
+            written = await self.controller.flush_statuses(timeout=3.0)
+            if written:
+                log.info("wrote %d held job statuses before stopping", written)
+        except asyncio.TimeoutError:
+            log.warning("held job statuses not all written within 3 s of stopping; the next leader recomputes them")
+        await stop_all([self.vital.get("leader election")])
+        if self.elector is not None:
+            await self.elector.release()
+        await stop_all(self.vital.values())
+
+
+async def run_operator(settings: Settings, kubeconfig: str | None = None,
+                       stop_flag: asyncio.Event | None = None) -> None:
+    """Run until stopped (SIGTERM/SIGINT, or `stop_flag`); raise StartupError or VitalTaskDied otherwise."""
+    credentials = Credentials.load(kubeconfig)
+    identity = replica_identity()
+    async with KubeClient(credentials, max_connections=settings.max_concurrent_requests,
+                          user_agent=f"tfop/{__version__} ({identity})") as client:
+        elector = None
+        if settings.leader_elect:
+            timing = LeaseTiming(settings.leader_elect_lease_duration, settings.leader_elect_renew_deadline,
+                                 settings.leader_elect_retry_period)
+            elector = LeaderElector(client, lease_namespace(settings), LEASE_NAME, identity, timing)
+            client.write_gate = elector.may_write  # only the leader writes, from start to end
+        backend = await start_up(settings, client)
+        operator = Operator(settings, client, Controller(settings, client, backend), elector)
+        registry = build_registry(operator.controller, credentials, operator.stop)
+        probes = await start_probes(settings, operator)
+        operator.start_tasks()
+        try:
+            await first_of(kopf.operator(registry=registry, standalone=True, liveness_endpoint=None,
+                                         clusterwide=settings.all_namespaces, namespaces=list(settings.namespaces),
+                                         stop_flag=stop_flag),
+                           operator.vital, operator.stopping)
         finally:
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
+            await operator.stop()
+            if probes is not None:
+                await probes.stop()
+
+
+async def start_probes(settings: Settings, operator: Operator) -> HealthServer | None:
+    address = parse_bind_address(settings.health_probe_bind_address)
+    if address is None:
+        return None
+    controller = operator.controller
+
+    def vital() -> str | None:
+        ended = [name for name, task in operator.vital.items() if task.done()]
+        return f"stopped: {', '.join(ended)}" if ended and not operator.stopping.is_set() else None
+    server = HealthServer(address, liveness={"tasks": vital, **controller.liveness_checks()},
+                          readiness=controller.readiness_checks())
+    try:
+        await server.start()
+    except OSError as err:
+        raise StartupError(f"cannot serve the probes on {settings.health_probe_bind_address}: {err}") from None
+    return server

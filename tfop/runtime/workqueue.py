@@ -20,7 +20,7 @@ class WorkQueue:
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
         self._queue: asyncio.Queue = asyncio.Queue()
         self._pending: set = set()
-        self._running: set = set()
+        self._running: dict = {}  # key -> loop time its reconcile started (to tell a stuck worker)
         self._dirty: set = set()
         self._failures: dict = {}
         self._timers: dict = {}
@@ -56,6 +56,17 @@ class WorkQueue:
             timer.cancel()
         self._failures.pop(key, None)
 
+    def longest_running(self) -> tuple[Hashable, float] | None:
+        """The reconcile running the longest and for how many seconds, or None when all are idle."""
+        if not self._running:
+            return None
+        key, started = min(self._running.items(), key=lambda item: item[1])
+        return key, asyncio.get_running_loop().time() - started
+
+    @property
+    def depth(self) -> int:
+        return len(self._pending)
+
     async def run(self) -> None:
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
@@ -63,7 +74,7 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._pending.discard(key)
-            self._running.add(key)
+            self._running[key] = asyncio.get_running_loop().time()
             try:
                 await self.handler(key)
                 self._failures.pop(key, None)
@@ -76,7 +87,7 @@ class WorkQueue:
                 log.exception("reconcile of %s failed (attempt %d), retrying in %.1fs", key, count, delay)
                 self.add_after(key, delay)
             finally:
-                self._running.discard(key)
+                self._running.pop(key, None)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)

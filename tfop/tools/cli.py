@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
@@ -37,41 +38,96 @@ def cli() -> None:
               help="fail a job asking for more pods before building any (admission allows at most "
                    f"{MAX_JOB_REPLICAS}).")
 @click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
-              help="liveness endpoint URL; empty to disable.")
+@click.option("--health-probe-bind-address", default=":8081", show_default=True,
+              help="address of /healthz and /readyz; 0 turns them off.")
+@click.option("--leader-elect/--no-leader-elect", default=False,
+              help="reconcile only while holding the Lease; run two replicas (the deployed manifests do).")
+@click.option("--leader-elect-lease-duration", default=15.0, show_default=True, type=click.FloatRange(min=1),
+              help="seconds a standby waits after the leader's last renewal before taking over.")
+@click.option("--leader-elect-renew-deadline", default=10.0, show_default=True, type=click.FloatRange(min=1),
+              help="seconds the leader keeps trying to renew before it stops writing and exits.")
+@click.option("--leader-elect-retry-period", default=2.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="seconds between tries to acquire or renew.")
+@click.option("--leader-elect-namespace", default="",
+              help="namespace of the Lease (default: the operator's own, else kubeflow).")
 @click.option("-v", "--verbose", is_flag=True)
 def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces, all_namespaces, cluster_domain,
-        gang_restart, pods_before_admission, max_concurrent_requests, max_pods_per_job, kubeconfig, liveness,
-        verbose) -> None:
+        gang_restart, pods_before_admission, max_concurrent_requests, max_pods_per_job, kubeconfig,
+        health_probe_bind_address, leader_elect, leader_elect_lease_duration, leader_elect_renew_deadline,
+        leader_elect_retry_period, leader_elect_namespace, verbose) -> None:
     """Run the operator against the current cluster."""
-    from tfop.runtime.main import run_operator
+    from tfop.runtime.health import parse_bind_address
+    from tfop.runtime.lease import LeaseTiming
 
     if all_namespaces and namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
+    problem = LeaseTiming(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period).problem()
+    if problem:
+        raise click.UsageError(problem)
+    try:
+        parse_bind_address(health_probe_bind_address)
+    except ValueError as err:
+        raise click.UsageError(f"--health-probe-bind-address: {err}")
     settings = Settings(
         enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
         gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
         namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
         max_concurrent_requests=max_concurrent_requests, pods_before_admission_mode=pods_before_admission,
-        max_pods_per_job=max_pods_per_job,
+        max_pods_per_job=max_pods_per_job, health_probe_bind_address=health_probe_bind_address,
+        leader_elect=leader_elect, leader_elect_lease_duration=leader_elect_lease_duration,
+        leader_elect_renew_deadline=leader_elect_renew_deadline, leader_elect_retry_period=leader_elect_retry_period,
+        leader_elect_namespace=leader_elect_namespace,
     )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)
-    asyncio.run(run_operator(settings, kubeconfig=kubeconfig, liveness=liveness or None))
+    _run_operator(settings, kubeconfig)
+
+
+def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
+    """Run until stopped; a start-up failure or a vital task's death is one line and exit code 1."""
+    from tfop.kube.kubeconfig import StartupError as CannotStart
+    from tfop.runtime.leader import LeadershipLost
+    from tfop.runtime.main import StartupError, run_operator
+    from tfop.runtime.supervisor import VitalTaskDied
+    from tfop.tools.startup import operator_preflight
+
+    _check_gang_flags(settings)
+
+    async def start() -> None:
+        await operator_preflight(kubeconfig)  # credentials that load, an apiserver that answers
+        await run_operator(settings, kubeconfig=kubeconfig)
+
+    try:
+        asyncio.run(start())
+    except (CannotStart, StartupError, VitalTaskDied, LeadershipLost) as err:
+        logging.getLogger("tfop").error("%s", err)
+        sys.exit(1)
+
+
+def _check_gang_flags(settings: Settings) -> None:
+    """Refuse gang flags that select no backend before connecting (`auto` needs the cluster)."""
+    from tfop.gang.registry import AUTO
+
+    if settings.gang_scheduler_name == AUTO:
+        return
+    try:
+        backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name, settings.scheduler_name)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
 
 
 def _load(files) -> list[tuple[str, dict]]:
-    from tfop.tools.offline import tfjobs_in
+    from tfop.tools.offline import documents, tfjobs_in
 
     out = []
     for handle in files:
         name = "-" if handle.name == "<stdin>" else handle.name
         try:
-            docs = list(yaml.safe_load_all(handle))
-        except yaml.YAMLError as err:
-            raise click.ClickException(f"{name}: not YAML: {err}")
+            docs = documents(handle)
+        except ValueError as err:  # not YAML, or beyond the bounds a TFJob stays in
+            raise click.ClickException(f"{name}: {err}") from None
         jobs = tfjobs_in(docs)
         if not jobs:
             raise click.ClickException(f"{name}: no kubeflow.org TFJob in it")
@@ -79,17 +135,55 @@ def _load(files) -> list[tuple[str, dict]]:
     return out
 
 
-def _context(enable, gang_name, scheduler_name):
+@functools.lru_cache(maxsize=1)
+def _templates():
+    """The children's templates, compiled once a process (~8 ms): the files never change meanwhile."""
     from tfop.children.templates import Templates
+
+    return Templates()
+
+
+def _context(enable, gang_name, scheduler_name):
     from tfop.core.context import Context
+    from tfop.gang.registry import flag_warning
 
     try:  # offline: no CRDs to read, so `auto` is refused with the reason
         backend, _why = backend_from_flags(enable, gang_name, scheduler_name)
     except ValueError as err:
         raise click.UsageError(str(err))
+    warning = flag_warning(gang_name, scheduler_name)
+    if warning:
+        click.echo(f"WARNING: {warning}", err=True)
     settings = Settings(enable_gang_scheduling=backend is not None, gang_scheduler_name=gang_name or "",
                         scheduler_name=scheduler_name)
-    return Context(settings=settings, templates=Templates(), backend=backend)
+    return Context(settings=settings, templates=_templates(), backend=backend)
+
+
+def _problem_line(file: str, job: dict, problem) -> str:
+    """FILE: JOB: FIELD: [warning: ]message, on one line whatever the file's names hold."""
+    from tfop.tools.offline import job_label, printable
+
+    label = "" if problem.blocking else f"{problem.severity}: "
+    return printable(f"{file}: {job_label(job)}: {problem.field}: {label}{problem.message}")
+
+
+def _one_line_errors(command):
+    """The last resort of an offline command: an exception tfop did not foresee is one line and exit
+    code 1, never a traceback (tests/test_cli_fuzz.py makes sure none is left to reach it)."""
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as err:
+            from tfop.tools.offline import printable
+            from tfop.api.validation import SHOWN_MAX
+
+            text = printable(" ".join(str(err).split()))[:SHOWN_MAX]
+            raise click.ClickException(f"internal error, please report it with the input: {type(err).__name__}: "
+                                       f"{text}") from None
+    return guarded
 
 
 @cli.command()
@@ -98,20 +192,21 @@ def _context(enable, gang_name, scheduler_name):
 @gang_options
 @click.option("--namespace", default=None, help="namespace for jobs that name none (default: default).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@_one_line_errors
 def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, output) -> None:
     """Print every object the operator creates for the jobs, without a cluster."""
-    from tfop.api.normalize import normalize
-    from tfop.tools.offline import first_start_objects, with_namespace
+    from tfop.tools.offline import first_start_objects, spec_problems, with_namespace
 
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     objects, bad = [], 0
     for name, job in _load(files):
         job = with_namespace(job, namespace)
-        problems = normalize(job).problems
-        if problems:  # the operator would create nothing but a Failed condition: say why instead
+        # The apiserver refuses the job, or the operator creates nothing but a Failed condition: say why.
+        problems = spec_problems(job)
+        if problems:
             bad += len(problems)
             for problem in problems:
-                click.echo(f"{name}: {job['metadata'].get('name', '?')}: {problem.field}: {problem.message}", err=True)
+                click.echo(_problem_line(name, job, problem), err=True)
             continue
         objects.extend(first_start_objects(job, ctx))
     if bad:
@@ -126,6 +221,7 @@ def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 @click.option("-f", "--filename", "files", type=click.File("r"), multiple=True, required=True,
               help="TFJob YAML (any served version); - for stdin. Repeatable.")
 @gang_options
+@_one_line_errors
 def validate(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name) -> None:
     """Check TFJobs without a cluster: exit 1 on any problem, 0 when there are only warnings or none.
 
@@ -140,9 +236,7 @@ def validate(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     for name, job in _load(files):
         for problem in job_problems(with_namespace(job, None), ctx):
             bad += problem.blocking
-            label = "" if problem.blocking else f"{problem.severity}: "
-            click.echo(f"{name}: {(job.get('metadata') or {}).get('name', '?')}: {problem.field}: "
-                       f"{label}{problem.message}")
+            click.echo(_problem_line(name, job, problem))
     sys.exit(1 if bad else 0)
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from tfop.api.constants import GROUP, KIND, PLURAL
 from tfop.api.rules import RULES
-from tfop.api.validation import Problem
+from tfop.api.validation import SHOWN_MAX, Problem, shown
 from tfop.children.resources import resource_path
 
 CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
@@ -88,29 +88,39 @@ def _list_type(validator, value, instance, schema):
         names = schema.get("x-kubernetes-list-map-keys", [])
         defaults = {k: schema["items"]["properties"].get(k, {}).get("default")
                     for k in names}
-        keys = [tuple(i.get(k, defaults[k]) for k in names) if isinstance(i, dict) else None
+        keys = [tuple(_hashable(i.get(k, defaults[k])) for k in names) if isinstance(i, dict) else None
                 for i in instance]
     else:
         return
     seen = set()
     for i, key in enumerate(keys):
         if key is not None and key in seen:
-            yield jsonschema.ValidationError(f"Duplicate value: {json.dumps(instance[i])}",
+            yield jsonschema.ValidationError(f"Duplicate value: {shown(instance[i])}",
                                              path=[i])
         seen.add(key)
+
+
+def _hashable(value):
+    """A list-map key as a set member: a mistyped one (a list, an object) by its text."""
+    return repr(value) if isinstance(value, (list, dict, set)) else value
 
 
 _formats = jsonschema.FormatChecker(formats=())
 
 
+def _integral(v) -> bool:
+    """What the schema's `integer` admits: an int, or a float without a fraction (1e300 too)."""
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+
+
 @_formats.checks("int32")
 def _is_int32(v):
-    return not isinstance(v, int) or -2**31 <= v < 2**31
+    return not _integral(v) or -2**31 <= v < 2**31
 
 
 @_formats.checks("int64")
 def _is_int64(v):
-    return not isinstance(v, int) or -2**63 <= v < 2**63
+    return not _integral(v) or -2**63 <= v < 2**63
 
 
 @_formats.checks("date-time", raises=ValueError)
@@ -147,6 +157,10 @@ def _path(parts) -> str:
     return out
 
 
+def _cut(text: str, limit: int = 4 * SHOWN_MAX) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _quote(values):
     return ", ".join(f'"{v}"' for v in values)
 
@@ -161,17 +175,18 @@ def _problems_of(error) -> list[Problem]:
         known = error.schema.get("properties", {})
         return [Problem(_path(here + [name]), "unknown field")
                 for name in error.instance if name not in known]
-    shown = json.dumps(error.instance)
+    value_text = shown(error.instance)
     messages = {  # worded like the apiserver's errors
-        "type": lambda: f"Invalid value: {shown}: must be of type {value}",
-        "enum": lambda: f"Unsupported value: {shown}: supported values: {_quote(value)}",
-        "minimum": lambda: f"Invalid value: {shown}: should be greater than or equal to {value}",
-        "maximum": lambda: f"Invalid value: {shown}: should be less than or equal to {value}",
+        "type": lambda: f"Invalid value: {value_text}: must be of type {value}",
+        "enum": lambda: f"Unsupported value: {value_text}: supported values: {_quote(value)}",
+        "minimum": lambda: f"Invalid value: {value_text}: should be greater than or equal to {value}",
+        "maximum": lambda: f"Invalid value: {value_text}: should be less than or equal to {value}",
         "maxProperties": lambda: f"Too many: must have at most {value} items",
         "minProperties": lambda: f"Too few: must have at least {value} items",
-        "format": lambda: f"Invalid value: {shown}: must be a valid {value}",
+        "format": lambda: f"Invalid value: {value_text}: must be a valid {value}",
     }
-    message = messages[kind]() if kind in messages else error.message
+    # jsonschema's own words quote the whole value: cut, as a 1 MB string is not worth repeating.
+    message = messages[kind]() if kind in messages else _cut(" ".join(error.message.split()))
     return [Problem(_path(here), message)]
 
 
@@ -203,7 +218,7 @@ def schema_problems(obj: dict) -> list[Problem]:
                         "supported values: "
                         + _quote(f"{GROUP}/{v}" for v in served_versions()))]
     if obj.get("kind") != KIND:
-        return [Problem("kind", f"Unsupported value: {json.dumps(obj.get('kind'))}: "
+        return [Problem("kind", f"Unsupported value: {shown(obj.get('kind'))}: "
                         f"supported values: \"{KIND}\"")]
     problems = []
     errors = sorted(_validator(version).iter_errors(_drop_nulls(obj)),

@@ -13,15 +13,21 @@ from tfop.tools.gang_flags import gang_options
 
 
 def _api_client(kubeconfig: str | None, context: str | None):
-    from kubernetes import client, config
+    """A client of the official `kubernetes` package whose apiserver answered; one line otherwise."""
+    from tfop.kube.kubeconfig import StartupError
+    from tfop.tools.startup import official_client
 
     try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except config.ConfigException:
-        if kubeconfig or context:
-            raise
-        config.load_incluster_config()
-        return client.ApiClient()
+        return official_client(kubeconfig, context)
+    except StartupError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _lost_server(err: Exception) -> click.ClickException:
+    """The apiserver went away mid-command (requests are not retried): one line, not a traceback."""
+    from tfop.tools.startup import unreachable_reason
+
+    return click.ClickException(f"the apiserver stopped answering: {unreachable_reason(err)}")
 
 
 def _kube_options(f):
@@ -81,22 +87,26 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
                scheduler_service_account, kubeconfig, context):
     """Check CRDs, the operator's RBAC, and the gang scheduler; exit 1 on any failure."""
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     from tfop.tools import doctor
 
     cluster = doctor.Cluster(_api_client(kubeconfig, context))
     try:
         try:
-            backend, sched, why = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name,
-                                                          namespace, deployment)
+            target = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name, namespace, deployment)
         except ValueError as err:
             click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
             raise SystemExit(1)
-        click.echo(f"checking: {why}")
-        checks = doctor.run_checks(cluster, backend, namespace, service_account, sched,
+        click.echo(f"checking: {target.why}")
+        if target.warning:
+            click.echo(f"WARNING: {target.warning}")
+        checks = doctor.run_checks(cluster, target.backend, namespace, service_account, target.scheduler_name,
                                    _sa(scheduler_service_account))
     except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
         raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
+    except HTTPError as err:
+        raise _lost_server(err) from None
     click.echo(doctor.format_report(checks))
     raise SystemExit(doctor.exit_code(checks))
 
@@ -111,6 +121,7 @@ def _target_options(f):
 
 def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconfig, context):
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     from tfop.tools.gang_toggle import Target, apply_gang
 
@@ -124,6 +135,8 @@ def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconf
             raise click.ClickException("the Deployment or ClusterRole changed while patching; "
                                        "run the command again") from err
         raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
+    except HTTPError as err:
+        raise _lost_server(err) from None
     for line in lines:
         click.echo(line)
 

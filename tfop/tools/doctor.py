@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import yaml
 
@@ -379,9 +379,18 @@ def _other_backend_hint(crds: set[str]) -> str:
             f"tfop gang enable --gang-scheduler-name {name}")
 
 
+class GangTarget(NamedTuple):
+    """What doctor checks the cluster for: the gang backend, and why."""
+    backend: GangBackend | None
+    scheduler_name: str | None  # --scheduler-name, from the flags or the Deployment's args
+    why: str
+    warning: str | None  # the flags are valid but probably not what was meant (registry.flag_warning)
+
+
 def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, scheduler_name: str | None,
-                     namespace: str, deployment: str) -> tuple[GangBackend | None, str | None, str]:
-    """(backend, scheduler name override, why): from the flags, else from the running operator's args.
+                     namespace: str, deployment: str) -> GangTarget:
+    """The backend, scheduler name override, why and any warning: from the flags, else from the
+    running operator's args.
 
     A --gang-scheduler-name given here means gang scheduling, as in every
     command. ValueError when the flags select no backend (e.g. `auto` with no
@@ -392,12 +401,13 @@ def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, schedule
         try:
             args = cluster.deployment_args(namespace, deployment)
         except Exception as err:
-            return None, scheduler_name, (
+            return GangTarget(None, scheduler_name, (
                 f"Deployment {namespace}/{deployment} unreadable ({_forbidden(err)}); checking "
-                "without gang scheduling (pass --gang-scheduler-name)")
+                "without gang scheduling (pass --gang-scheduler-name)"), None)
         enable, gang_scheduler_name = operator_args.gang_flags(args)
         scheduler_name = scheduler_name or operator_args.flag_value(args, operator_args.SCHEDULER_NAME)
         source = f"Deployment {namespace}/{deployment} args: "
     backend, why = registry.backend_from_flags(enable, gang_scheduler_name, scheduler_name,
                                                installed_crds=cluster.crd_names)
-    return backend, scheduler_name, source + why
+    warning = registry.flag_warning(gang_scheduler_name, scheduler_name) if backend is not None else None
+    return GangTarget(backend, scheduler_name, source + why, warning and source + warning)

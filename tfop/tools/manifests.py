@@ -19,7 +19,7 @@ from tfop.tools.operator_args import run_args
 
 # `kubectl apply -f` creates objects in file order; each kind needs the ones before it.
 KIND_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount",
-              "ClusterRole", "ClusterRoleBinding", "Deployment")
+              "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment")
 TEMPLATES = ("namespace", "serviceaccount", "clusterrole", "clusterrolebinding", "deployment")
 UID = 65532  # matches the Dockerfile's USER
 
@@ -52,7 +52,7 @@ def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = 
                    scheduler_name: str | None = None, namespace: str = DEFAULT_NAMESPACE,
                    image: str = DEFAULT_IMAGE, include_crds: bool = True) -> list[dict]:
     """The objects to apply, in apply order: CRDs, Namespace, ServiceAccount, ClusterRole,
-    ClusterRoleBinding, Deployment.
+    ClusterRoleBinding, the leader election's Role and RoleBinding, Deployment.
 
     A --gang-scheduler-name implies gang scheduling, as in `tfop run`. There is no
     cluster here, so `auto` is a ValueError: the ClusterRole must grant one
@@ -76,6 +76,7 @@ def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = 
     for template in TEMPLATES:
         text = env.get_template(f"{template}.yaml.j2").render(**context)
         objs += [o for o in yaml.safe_load_all(text) if o]
+    objs += rbac.leader_election_objects(namespace)  # the Deployment runs two replicas with --leader-elect
     return sorted(objs, key=lambda o: KIND_ORDER.index(o["kind"]))
 
 

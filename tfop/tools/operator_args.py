@@ -30,7 +30,7 @@ def run_args(enable: bool, gang_scheduler_name: str | None, scheduler_name: str 
             args += [GANG_NAME, gang_scheduler_name]
     if scheduler_name:
         args += [SCHEDULER_NAME, scheduler_name]
-    return args + ["--all-namespaces"]
+    return args + ["--all-namespaces", "--leader-elect"]
 
 
 def flag_units(args: list[str]) -> list[tuple[str, ...]]:

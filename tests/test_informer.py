@@ -1,0 +1,333 @@
+"""The informers' cache: it only moves forward, tells each deletion once, relists and backs off as it should.
+
+Driven directly (upsert, remove, handle_event, absorb/sweep), in the exact orders the watch and our own
+requests' answers arrive in on a real cluster; the listing is fed scripted pages.
+"""
+import asyncio
+
+import pytest
+
+from tfop.api.constants import LABEL_JOB
+from tfop.kube.client import ApiError, KubeClient, paginate
+from tfop.kube.trim import keep_whole
+from tfop.runtime.informer import Backoff, Informer, Tombstones, newer
+
+NS, JOB = "ns", ("ns", "job")
+
+
+def pod(name="job-worker-1", rv="10", uid="old", deleting=False, phase="Running", ns=NS, job="job", with_rv=True):
+    meta = {"name": name, "namespace": ns, "uid": uid, "labels": {LABEL_JOB: job}}
+    if with_rv:
+        meta["resourceVersion"] = rv
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "tensorflow"}]}, "status": {"phase": phase}}
+
+
+class Recorder:
+    """What an informer told: woken jobs, gone pods, events."""
+
+    def __init__(self):
+        self.woken, self.gone, self.events = [], [], []
+
+    def informer(self, client=None, **options):
+        options.setdefault("on_gone", lambda key, name: self.gone.append((key, name)))
+        return Informer(client, "v1", "pods", "Pod", [NS], "sel", self.woken.append, **options)
+
+    def event(self, kind, obj):
+        self.events.append((kind, obj["metadata"]["name"], obj["metadata"].get("resourceVersion")))
+
+
+def watch(informer, kind, obj, version="1"):
+    return informer.handle_event({"type": kind, "object": obj}, version)
+
+
+def names(informer):
+    return sorted(p["metadata"]["name"] for p in informer.for_job(JOB))
+
+
+def test_delete_answer_without_version_does_not_bring_a_deleted_pod_back():
+    """The lost re-create, as traced on the e2e cluster: the worker exits 137, tfop deletes it; kwok (the
+    kubelet's stand-in) finishes the deletion first, so the watch brings DELETED before our DELETE returns,
+    and the apiserver answers our DELETE with the pod as it was, deletionTimestamp set and no
+    resourceVersion. That answer must not put the deleted pod back: a terminating worker-1 in the cache
+    stops every later pass from creating it again."""
+    rec = Recorder()
+    inf = rec.informer()
+    watch(inf, "ADDED", pod("job-worker-0", rv="5", uid="w0"))
+    watch(inf, "MODIFIED", pod(rv="793", phase="Failed"))
+    watch(inf, "MODIFIED", pod(rv="796", phase="Failed", deleting=True))  # our DELETE, first half
+    watch(inf, "DELETED", pod(rv="797", phase="Failed", deleting=True))  # kwok's DELETE finished it
+    inf.upsert(pod(phase="Failed", deleting=True, with_rv=False))  # our DELETE's answer (apply.py upserts it)
+    assert inf.get(NS, "job-worker-1") is None
+    assert names(inf) == ["job-worker-0"]
+    assert rec.gone == [(JOB, "job-worker-1")]
+    # The next pass creates it again: its answer and then its ADDED keep the new pod.
+    inf.upsert(pod(rv="800", uid="new", phase="Pending"))
+    watch(inf, "ADDED", pod(rv="800", uid="new", phase="Pending"))
+    assert inf.get(NS, "job-worker-1")["metadata"]["uid"] == "new"
+
+
+def test_delete_answer_without_version_before_the_watch_marks_the_pod_terminating():
+    """The same answer coming before the watch's events: the pod is known to be going (no second restart
+    of it by a pass in between), its version stays, and the watch's events follow as ever."""
+    rec = Recorder()
+    inf = rec.informer()
+    watch(inf, "MODIFIED", pod(rv="793", phase="Failed"))
+    inf.upsert(pod(phase="Failed", deleting=True, with_rv=False))
+    kept = inf.get(NS, "job-worker-1")
+    assert kept["metadata"]["deletionTimestamp"] and kept["metadata"]["resourceVersion"] == "793"
+    inf.upsert(pod(uid="other", deleting=True, with_rv=False))  # another object's copy: tells nothing
+    watch(inf, "MODIFIED", pod(rv="796", phase="Failed", deleting=True))
+    watch(inf, "DELETED", pod(rv="797", phase="Failed", deleting=True))
+    assert inf.get(NS, "job-worker-1") is None and rec.gone == [(JOB, "job-worker-1")]
+
+
+def test_late_deleted_of_the_old_pod_keeps_the_new_one():
+    """Our create's answer for the new pod comes before the watch's DELETED of the old one (same name)."""
+    rec = Recorder()
+    inf = rec.informer()
+    watch(inf, "MODIFIED", pod(rv="10", phase="Failed"))
+    inf.upsert(pod(rv="20", uid="new", phase="Pending"))  # new incarnation, seen first through our create
+    assert rec.gone == [(JOB, "job-worker-1")]  # the old one is gone, told once
+    watch(inf, "MODIFIED", pod(rv="12", phase="Failed", deleting=True))
+    watch(inf, "DELETED", pod(rv="13", phase="Failed", deleting=True))
+    watch(inf, "ADDED", pod(rv="20", uid="new", phase="Pending"))
+    assert inf.get(NS, "job-worker-1")["metadata"]["uid"] == "new"
+    assert rec.gone == [(JOB, "job-worker-1")]
+
+
+def test_late_deleted_without_uids_keeps_the_newer_version():
+    rec = Recorder()
+    inf = rec.informer()
+    inf.upsert(pod(rv="20", uid=""))
+    watch(inf, "DELETED", pod(rv="13", uid=""))
+    assert inf.get(NS, "job-worker-1")["metadata"]["resourceVersion"] == "20"
+
+
+@pytest.mark.parametrize("answer_first", [True, False])
+def test_a_deletion_is_told_once_whichever_comes_first(answer_first):
+    """A service is gone at once: our DELETE's answer removes it, and so does the watch's DELETED."""
+    rec = Recorder()
+    inf = rec.informer()
+    watch(inf, "ADDED", pod(rv="10"))
+    steps = [lambda: inf.remove(pod(rv="11")), lambda: watch(inf, "DELETED", pod(rv="11"))]
+    for step in steps if answer_first else reversed(steps):
+        step()
+    assert inf.get(NS, "job-worker-1") is None
+    assert rec.gone == [(JOB, "job-worker-1")]
+
+
+@pytest.mark.parametrize("late", [pod(rv="10"), pod(rv="11", deleting=True), pod(with_rv=False, deleting=True)],
+                         ids=["create-answer", "delete-answer", "no-version"])
+def test_a_late_answer_does_not_resurrect_a_deleted_object(late):
+    rec = Recorder()
+    inf = rec.informer()
+    watch(inf, "ADDED", pod(rv="10"))
+    watch(inf, "DELETED", pod(rv="12"))
+    inf.upsert(late)
+    assert inf.get(NS, "job-worker-1") is None
+
+
+def test_object_without_version_is_never_cached():
+    rec = Recorder()
+    inf = rec.informer()
+    inf.upsert(pod(with_rv=False))
+    assert inf.objects == {} and rec.woken == []
+    assert not newer(pod(with_rv=False), pod(rv="1"))
+    assert newer(pod(rv="2"), pod(rv="1")) and not newer(pod(rv="1"), pod(rv="2"))
+    assert newer(pod(rv="b"), pod(rv="a"))  # opaque versions cannot be compared: take the new copy
+
+
+def test_same_version_again_changes_nothing():
+    rec = Recorder()
+    inf = rec.informer(on_event=rec.event)
+    inf.upsert(pod(rv="10"))
+    watch(inf, "ADDED", pod(rv="10"))
+    assert rec.events == [("ADDED", "job-worker-1", "10")]
+    assert rec.woken == [JOB]
+
+
+def test_watch_events_error_and_bookmark():
+    rec = Recorder()
+    inf = rec.informer()
+    assert inf.handle_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}, "1") == "42"
+    assert inf.handle_event({"type": "ERROR", "object": {"code": 410}}, "42") is None
+    assert watch(inf, "ADDED", pod(rv="43"), "42") == "43"
+    assert inf.objects and rec.woken == [JOB]
+
+
+# -- relists ------------------------------------------------------------------------
+def test_relist_tells_the_deletions_it_finds_like_a_watch():
+    rec = Recorder()
+    inf = rec.informer(on_event=rec.event)
+    for obj in (pod("job-worker-0", rv="5", uid="w0"), pod(rv="6"), pod("other-ns", rv="7", ns="elsewhere")):
+        inf.upsert(obj)
+    inf.upsert(pod("job-worker-2", rv="30", uid="w2"))  # our create's answer, newer than the listing
+    for told in (rec.gone, rec.woken, rec.events):
+        told.clear()
+    listed = inf.absorb([pod("job-worker-0", rv="5", uid="w0")])  # worker-1 was deleted while the watch was down
+    inf.sweep(NS, listed, "20")
+    assert names(inf) == ["job-worker-0", "job-worker-2"]
+    assert inf.get("elsewhere", "other-ns") is not None  # another namespace's listing decides about it
+    assert rec.gone == [(JOB, "job-worker-1")] and rec.woken == [JOB]
+    assert rec.events == [("DELETED", "job-worker-1", "6")]
+    watch(inf, "ADDED", pod(rv="6"))  # a late copy of it stays out
+    assert inf.get(NS, "job-worker-1") is None
+
+
+def test_relist_finding_a_new_object_of_a_known_name_tells_both():
+    rec = Recorder()
+    inf = rec.informer(on_event=rec.event)
+    inf.upsert(pod(rv="6"))
+    inf.sweep(NS, inf.absorb([pod(rv="15", uid="new")]), "20")
+    assert rec.events == [("ADDED", "job-worker-1", "6"), ("DELETED", "job-worker-1", "6"),
+                          ("ADDED", "job-worker-1", "15")]
+    assert rec.gone == [(JOB, "job-worker-1")]
+    watch(inf, "DELETED", pod(rv="9"))  # the old one's DELETED, if it comes after all: told already
+    assert rec.gone == [(JOB, "job-worker-1")] and inf.get(NS, "job-worker-1")["metadata"]["uid"] == "new"
+
+
+class ScriptedPages(KubeClient):
+    """The pages a LIST would answer, from a script: a page (dict) or an ApiError per request."""
+
+    def __init__(self, script):
+        super().__init__(None)
+        self.script, self.tokens = list(script), []
+
+    def list_pages(self, api_version, plural, namespace=None, label_selector=None, limit=500):
+        async def fetch(token):
+            self.tokens.append(token)
+            step = self.script.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return step
+        return paginate(fetch)
+
+
+def page(items, version, token=None):
+    return {"metadata": {"resourceVersion": version, "continue": token}, "items": items}
+
+
+GONE = ApiError(410, {"message": "continue token expired"}, "GET", "/api/v1/pods")
+
+
+def test_relist_started_over_forgets_the_abandoned_listing():
+    """worker-1 was on the first page of a listing whose continue token expired; the listing started
+    over no longer has it: it is gone, and told."""
+    rec = Recorder()
+    client = ScriptedPages([page([pod("job-worker-0", rv="5", uid="w0"), pod(rv="6")], "20", "t1"), GONE,
+                            page([pod("job-worker-0", rv="5", uid="w0")], "25", "t2"), page([], "25")])
+    inf = rec.informer(client=client)
+    version = asyncio.run(inf._relist(NS))
+    assert version == "25" and client.tokens == [None, "t1", None, "t2"]
+    assert names(inf) == ["job-worker-0"] and rec.gone == [(JOB, "job-worker-1")]
+
+
+def test_paginate_passes_tokens_and_gives_up_on_other_errors():
+    async def collect(script, restarts=3):
+        tokens = []
+
+        async def fetch(token):
+            tokens.append(token)
+            step = script.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return step
+        pages = [(p["metadata"]["resourceVersion"], first) async for p, first in paginate(fetch, restarts)]
+        return pages, tokens
+
+    assert asyncio.run(collect([page([], "1", "a"), page([], "1", "b"), page([], "1")])) == (
+        [("1", True), ("1", False), ("1", False)], [None, "a", "b"])
+    assert asyncio.run(collect([page([], "1", "a"), GONE, page([], "2")])) == (
+        [("1", True), ("2", True)], [None, "a", None])
+    with pytest.raises(ApiError):  # 410 without a continue token: not an expired listing
+        asyncio.run(collect([GONE]))
+    with pytest.raises(ApiError):  # restarts used up
+        asyncio.run(collect([page([], "1", "a"), GONE, page([], "2", "b"), GONE], restarts=1))
+    with pytest.raises(ApiError):
+        asyncio.run(collect([page([], "1", "a"), ApiError(500, "boom", "GET", "/")]))
+
+
+def test_list_gathers_the_pages_of_the_last_listing():
+    client = ScriptedPages([page([pod(rv="6")], "20", "t1"), GONE, page([pod("a", rv="7")], "25", "t2"),
+                            page([pod("b", rv="8")], "25")])
+    listing = asyncio.run(client.list("v1", "pods", NS))
+    assert [p["metadata"]["name"] for p in listing["items"]] == ["a", "b"]
+    assert listing["metadata"] == {"resourceVersion": "25"}
+
+
+# -- tombstones and backoff ---------------------------------------------------------------
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_tombstones_expire():
+    clock = Clock()
+    rec = Recorder()
+    inf = rec.informer(clock=clock)
+    watch(inf, "ADDED", pod(rv="10"))
+    watch(inf, "DELETED", pod(rv="11"))
+    clock.now = 299.0
+    inf.upsert(pod(rv="10"))
+    assert inf.get(NS, "job-worker-1") is None  # still stopped
+    clock.now = 301.0
+    assert inf.tombstones.get((NS, "job-worker-1")) is None
+    assert len(inf.tombstones) == 0
+
+
+def test_tombstones_are_bounded_and_pruned_as_they_come():
+    clock = Clock()
+    tombs = Tombstones(ttl=10.0, limit=100, clock=clock)
+    for i in range(1000):
+        clock.now = i * 0.001
+        tombs.add(("ns", f"p{i}"), str(i), f"u{i}")
+    assert len(tombs) == 100 and len(tombs._order) == 100
+    assert tombs.get(("ns", "p0")) is None and tombs.get(("ns", "p999")).version == "999"
+    for _ in range(500):  # the same name deleted again and again: one tombstone, a bounded queue
+        tombs.add(("ns", "again"), "1", "u")
+    assert len(tombs._order) <= 100 and tombs.get(("ns", "again")) is not None
+    clock.now = 100.0
+    tombs.add(("ns", "late"), "5", "u")  # adding prunes what expired, from the oldest
+    assert len(tombs) == 1 and len(tombs._order) == 1
+
+
+def test_backoff_doubles_to_the_longest_and_starts_over_after_a_healthy_watch():
+    backoff = Backoff(rand=lambda: 0.5)  # no jitter
+    assert [backoff.after(0.1) for _ in range(8)] == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
+    assert backoff.after(61.0) == 0.8
+    assert backoff.after(5.0) == 1.6
+
+
+@pytest.mark.parametrize("rand, factor", [(0.0, 0.8), (0.999999, 1.2)])
+def test_backoff_jitter_is_twenty_percent(rand, factor):
+    assert Backoff(rand=lambda: rand).after(0) == pytest.approx(0.8 * factor, rel=1e-5)
+
+
+# -- whole objects (TFJobs) -----------------------------------------------------------------
+def test_whole_objects_and_every_change_told():
+    rec = Recorder()
+    inf = rec.informer(on_event=rec.event, trim=keep_whole, key_of=lambda o: (o["metadata"]["namespace"],
+                                                                              o["metadata"]["name"]))
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "spec": {"tfReplicaSpecs": {}}, "status": {},
+           "metadata": {"name": "j", "namespace": NS, "uid": "u", "resourceVersion": "1",
+                        "managedFields": [{"manager": "kubectl"}]}}
+    watch(inf, "ADDED", job)
+    watch(inf, "MODIFIED", {**job, "metadata": {**job["metadata"], "resourceVersion": "2"}})
+    watch(inf, "MODIFIED", job)  # stale: not a change
+    watch(inf, "DELETED", {**job, "metadata": {**job["metadata"], "resourceVersion": "3"}})
+    assert rec.events == [("ADDED", "j", "1"), ("MODIFIED", "j", "2"), ("DELETED", "j", "3")]
+    assert rec.woken == [(NS, "j")] * 3
+
+
+def test_children_stay_trimmed():
+    rec = Recorder()
+    inf = rec.informer()
+    inf.upsert(pod(rv="1"))
+    kept = inf.get(NS, "job-worker-1")
+    assert "spec" not in kept and kept["status"] == {"phase": "Running"}

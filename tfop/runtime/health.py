@@ -1,0 +1,63 @@
+"""The probe endpoints: /healthz (alive and making progress) and /readyz (caches synced, able to lead).
+
+Each is a list of named checks; a check returns None when fine or a short reason when not, and
+the endpoint answers 200 "ok" or 500 with one line per failing check, so `kubectl describe pod`
+shows why the kubelet restarted the operator or keeps it out of rotation.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from aiohttp import web
+
+log = logging.getLogger("tfop.health")
+
+Check = Callable[[], "str | None"]
+
+
+def parse_bind_address(address: str) -> tuple[str, int] | None:
+    """controller-runtime's form: ":8081", "127.0.0.1:8081"; "" or "0" turns the server off."""
+    if address in ("", "0"):
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bind address {address!r} is not [host]:port")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+def verdict(checks: dict[str, Check]) -> tuple[int, str]:
+    failing = []
+    for name, check in checks.items():
+        try:
+            reason = check()
+        except Exception as err:  # noqa: BLE001 - a broken check is a failing one, said as such
+            reason = f"check failed: {type(err).__name__}: {err}"
+        if reason:
+            failing.append(f"{name}: {reason}")
+    return (500, "\n".join(failing) + "\n") if failing else (200, "ok\n")
+
+
+class HealthServer:
+    def __init__(self, address: tuple[str, int], liveness: dict[str, Check], readiness: dict[str, Check]):
+        self.address, self.liveness, self.readiness = address, liveness, readiness
+        self._runner: web.AppRunner | None = None
+
+    def _handler(self, checks: dict[str, Check]):
+        async def handle(_request: web.Request) -> web.Response:
+            status, text = verdict(checks)
+            return web.Response(status=status, text=text)
+        return handle
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._handler(self.liveness))
+        app.router.add_get("/readyz", self._handler(self.readiness))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, *self.address).start()
+        log.info("probes on http://%s:%d/healthz and /readyz", *self.address)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
