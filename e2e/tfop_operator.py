@@ -18,6 +18,8 @@ import yaml
 
 OPERATOR_NAMESPACE = "kubeflow"
 OPERATOR_ACCOUNT = "tfop"
+# The gang backend of the manifests applied last on a Cluster (its ClusterRole's rules), or unset.
+DEPLOYED_GANG = "tfop_deployed_gang"
 
 
 def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
@@ -29,6 +31,7 @@ def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     input=yaml.safe_dump_all(objects))
     wait_established(cluster, "tfjobs.kubeflow.org")
+    setattr(cluster, DEPLOYED_GANG, gang_scheduler_name)
 
 
 def wait_established(cluster, crd: str, timeout: float = 60) -> None:

@@ -146,7 +146,10 @@ def _is_kind(value, kind: str) -> bool:
 
 
 def _mutate_once(job: dict, rnd: random.Random) -> str:
-    path = rnd.choice([p for p in _paths(job) if p])
+    paths = [p for p in _paths(job) if p]
+    if not paths:
+        return "nothing left to change"
+    path = rnd.choice(paths)
     parent = job
     for key in path[:-1]:
         parent = parent[key]
@@ -275,9 +278,12 @@ FILES = [
      "digits and '-', starting and ending with a letter or digit, at most 63 characters"),
     ("other kinds only", "kind: ConfigMap\n---\n[1, 2]\n---\nplain text\n", 1, f"Error: {NOT_A_TFJOB}"),
     ("a time unquoted stays a string, as kubectl reads it", JOB_WITH_ENV % "2024-05-01", 0, ""),
+    ("null ports, as the apiserver would drop them", JOB_WITH_ENV.replace("env:", "ports: null, env:") % "2024-05-01",
+     0, ""),
     ("a YAML set", JOB_WITH_ENV % "!!set {x}", 1,
      f"""{ENV_FIELD}: Invalid value: "{{'x'}}": must be of type string"""),
-    ("YAML binary", JOB_WITH_ENV % "!!binary aGk=", 1, f"""{ENV_FIELD}: Invalid value: "b'hi'": must be of type string"""),
+    ("YAML binary", JOB_WITH_ENV % "!!binary aGk=", 1,
+     f"""{ENV_FIELD}: Invalid value: "b'hi'": must be of type string"""),
     ("a name with a line break and a direction mark",
      'apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: "a\\nb\\u202e"}\nspec: {tfReplicaSpecs: '
      '{Worker: {template: {spec: {containers: [{name: tensorflow, image: x}]}}}}}\n', 1,
@@ -296,9 +302,24 @@ def test_whatever_the_file_holds(desc, text, code, output):
     if code == 0:  # rendered as JSON: every value is one JSON has
         pod = next(o for o in json.loads(rendered.stdout) if o["kind"] == "Pod")
         assert pod["spec"]["containers"][0]["env"][0] == {"name": "D", "value": "2024-05-01"}
+        assert pod["spec"]["containers"][0]["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]
 
 
 def test_a_file_that_is_not_text():
     result = CliRunner().invoke(cli, ["validate", "-f", "-"], input=b"\xff\xfe\x00garbage")
     assert (result.exit_code, result.output) == (
         1, "Error: -: not YAML: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte\n")
+
+
+@pytest.mark.parametrize("command,broken", [("validate", "job_problems"), ("render", "first_start_objects")])
+def test_the_last_resort_is_one_line(monkeypatch, command, broken):
+    """Were a job to reach an exception no check foresaw: one line, exit code 1, no traceback."""
+    from tfop.tools import offline
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(offline, broken, fail)
+    result = _invoke(command, yaml.safe_dump(built_jobs()[2]), False)
+    assert (result.exit_code, result.output) == (
+        1, "Error: internal error, please report it with the input: RuntimeError: a bug over two lines\n")

@@ -297,6 +297,10 @@ def test_doctor_on_real_cluster(request):
             "--scheduler-name", f"no-such-scheduler-{namespace}"])
         assert result.exit_code == 1, result.output
         assert "verbs: [create]" in result.output
+        unknown = f"no-such-backend-{namespace}"  # upstream's meaning, said as a warning
+        result = CliRunner().invoke(doctor_cmd, ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+                                                 "--service-account", "op", "--gang-scheduler-name", unknown])
+        assert f"\nWARNING: {registry.flag_warning(unknown)}\n" in result.output, result.output
 
         # Fix the RBAC ones exactly as suggested: those checks now pass.
         rbac_api.patch_cluster_role(role, [{"op": "add", "path": "/rules/-",

@@ -247,7 +247,7 @@ def raw_seed_docs() -> list[tuple[str, str, dict]]:
     from tests import seeds
 
     out = []
-    for path in sorted(Path(seeds.SEEDS_DIR).glob("*")):
+    for path in sorted(seeds.seeds_dir().glob("*")):
         if not path.is_file():
             continue
         number = path.name.split("_", 1)[0]
@@ -273,7 +273,6 @@ def _tfjob_texts(blocks: list[str]) -> list[tuple[str, dict]]:
 
 
 # -- operator ----------------------------------------------------------------------
-_DEPLOYED: set[str] = set()
 
 
 def operator(cluster, namespaces: list[str], **kwargs):
@@ -285,16 +284,14 @@ def operator(cluster, namespaces: list[str], **kwargs):
     """
     from unittest import mock
 
-    from e2e.tfop_operator import OperatorProcess
+    from e2e.tfop_operator import DEPLOYED_GANG, OperatorProcess
 
     class _Operator(OperatorProcess):
         def start(self):
-            key = f"{cluster.dir}:{bool(self.gang)}"
-            if key in _DEPLOYED:
+            # The ClusterRole is one object: skip only when the last apply was this variant's.
+            if getattr(cluster, DEPLOYED_GANG, "never") == self.gang:
                 with mock.patch("e2e.tfop_operator.deploy_manifests"):
                     return super().start()
-            super().start()
-            _DEPLOYED.add(key)
-            return self
+            return super().start()
 
     return _Operator(cluster, namespaces, **kwargs)

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.cluster import COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.cluster import (
+    COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, NODE_LABEL, NODE_LABEL_VALUE,
+    VOLCANO_SCHEDULER_NAME, Cluster, request_counts,
+)
 from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
 
 pytestmark = pytest.mark.cluster
@@ -176,3 +179,102 @@ def test_cli_up_status_down_leaves_no_process(tmp_path):
     alive = [p for p in pids.values() if os.path.exists(f"/proc/{p}")]
     assert not alive
     assert run("status").returncode != 0
+
+
+def test_restart_keeps_ports_and_data(cluster, kubectl, namespace):
+    """Cluster.restart: the apiserver, then etcd, come back as new processes on the same ports
+    with the same data, and the state file says so (a second process attaching sees it)."""
+    kept = kubectl.json("create", "configmap", "kept", "-n", namespace, "--from-literal=k=v")
+    server, ports, pids = cluster.server, dict(cluster.state["ports"]), dict(cluster.state["pids"])
+    for component in ("kube-apiserver", "etcd"):
+        new_pid = cluster.restart(component)
+        assert new_pid != pids[component] and cluster.alive_components()[component]
+        assert not _pid_running(pids[component])
+        got = kubectl.json("get", "configmap", "kept", "-n", namespace)  # the same address (kubeconfig)
+        assert (got["metadata"]["uid"], got["data"]) == (kept["metadata"]["uid"], {"k": "v"})
+        kubectl("create", "configmap", f"after-{component}", "-n", namespace)  # and it takes writes
+    assert (cluster.server, cluster.state["ports"]) == (server, ports)
+    assert all(cluster.alive_components().values()), cluster.alive_components()
+    assert Cluster.attach(cluster.dir).state["pids"] == cluster.state["pids"]
+
+
+def test_a_stopped_scheduler_leaves_pods_pending_until_started(cluster, kubectl, namespace):
+    cluster.stop_component("kube-scheduler")
+    try:
+        assert cluster.alive_components()["kube-scheduler"] is False
+        create(kubectl, namespace, cpu_pod("waits"))
+        time.sleep(3)
+        pod = kubectl.json("get", "pod", "waits", "-n", namespace)
+        assert not pod["spec"].get("nodeName") and pod["status"]["phase"] == "Pending"
+    finally:
+        cluster.start_component("kube-scheduler")
+    wait_pod(kubectl, namespace, "waits", ("Running",))
+
+
+def test_every_other_component_restarts_in_place(cluster, kubectl, namespace):
+    """Each restart is a new process passing the health check it passed at start; then the
+    controller-manager still gives a new namespace its ServiceAccount, and every scheduler
+    still places a pod, which kwok runs."""
+    others = [n for n in cluster.alive_components() if n not in ("etcd", "kube-apiserver")]
+    for component in others:
+        old = cluster.state["pids"][component]
+        assert cluster.restart(component) != old and not _pid_running(old), component
+    fresh = f"{namespace}-sa"
+    kubectl("create", "namespace", fresh)
+    try:
+        kubectl("wait", "--for=jsonpath={.metadata.name}=default", "serviceaccount/default", "-n", fresh,
+                "--timeout=30s", timeout=40)
+    finally:
+        kubectl("delete", "namespace", fresh, "--wait=false")
+    schedulers = {"kube-scheduler": "default-scheduler", "volcano-scheduler": VOLCANO_SCHEDULER_NAME,
+                  "scheduler-plugins-scheduler": COSCHEDULING_SCHEDULER_NAME,
+                  "koord-scheduler": KOORDINATOR_SCHEDULER_NAME}
+    for component, scheduler in schedulers.items():
+        if component not in others:
+            continue
+        name = f"by-{component}"
+        pod = cpu_pod(name, scheduler)
+        if scheduler == VOLCANO_SCHEDULER_NAME:  # Volcano places only pods of a PodGroup
+            create(kubectl, namespace, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                                        "metadata": {"name": name}, "spec": {"minMember": 1, "queue": "default"}})
+            pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = name
+        create(kubectl, namespace, pod)
+        wait_pod(kubectl, namespace, name, ("Running",))
+    assert all(cluster.alive_components().values()), cluster.alive_components()
+
+
+def test_apiserver_metrics_count_creates_without_dry_runs(cluster, kubectl, namespace):
+    """request_counts reads apiserver_request_total as admin: POSTs answered 201 per resource,
+    dry runs (label dry_run="All") apart. PodTemplates: nothing else in the cluster makes them."""
+    template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}
+    before_families = cluster.apiserver_metrics()
+    before = request_counts(before_families)
+    for i in range(3):
+        template["metadata"]["name"] = f"t{i}"
+        kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(template))
+    template["metadata"]["name"] = "never"
+    kubectl("create", "-n", namespace, "--dry-run=server", "-f", "-", input=json.dumps(template))
+    families = cluster.apiserver_metrics()
+    assert request_counts(families).get("podtemplates", 0) - before.get("podtemplates", 0) == 3
+    assert dry_run_creates(families) - dry_run_creates(before_families) == 1
+
+
+def dry_run_creates(families) -> float:
+    return sum(s.value for f in families for s in f.samples if s.name == "apiserver_request_total"
+               and s.labels.get("resource") == "podtemplates" and s.labels.get("dry_run") == "All"
+               and (s.labels.get("verb"), s.labels.get("code")) == ("POST", "201"))
+
+
+def cpu_pod(name: str, scheduler: str = "default-scheduler") -> dict:
+    pod = gpu_pod(name, scheduler)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m"}}
+    return pod
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

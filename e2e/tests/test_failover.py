@@ -14,12 +14,15 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from e2e.cluster import free_port
 from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
 from e2e.tests.lifecycle_helpers import operator as make_operator
 from tfop.tools import rbac
@@ -40,10 +43,11 @@ def grant_lease_rights(env: Env) -> None:
     env.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
 
 
-def leader_operator(env: Env, kubeconfig: Path | None = None):
+def leader_operator(env: Env, kubeconfig: Path | None = None, probes: int | None = None):
     """An operator with --leader-elect, started; `credential` names its token in the audit log."""
+    probe_args = ["--health-probe-bind-address", f"127.0.0.1:{probes}"] if probes else []
     op = make_operator(env.cluster, [env.ns], gang_scheduler_name=GANG,
-                       extra_args=["--leader-elect", "--leader-elect-namespace", env.ns])
+                       extra_args=["--leader-elect", "--leader-elect-namespace", env.ns, *probe_args])
     base = op.args
 
     def args() -> list[str]:
@@ -74,6 +78,14 @@ def log_time(op, text: str, timeout: float = 40) -> float:
                                  f"{op.log_tail()}")
         time.sleep(0.1)
     raise AssertionError(f"no {text!r} in the operator's log within {timeout}s:\n{op.log_tail()}")
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode().strip()
 
 
 # -- the workload ----------------------------------------------------------------------------
@@ -194,15 +206,19 @@ def test_sigterm_hands_the_lease_over_at_once(env, request):
     leader = leader_operator(env)
     request.addfinalizer(leader.stop)
     log_time(leader, "leading: acquired")
-    standby = leader_operator(env)
+    port = free_port()
+    standby = leader_operator(env, probes=port)
     request.addfinalizer(standby.stop)
     log_time(standby, "standby: caches warm")
+    # The standby is alive and ready (its caches are warm: it can lead at once).
+    assert probe(port, "/readyz") == (200, "ok") and probe(port, "/healthz") == (200, "ok")
     first = burst(env, 4, "before")
     all_running(env, first)
     stopped_at = time.time()
     leader.process.send_signal(signal.SIGTERM)
     took_over = log_time(standby, "tfop.controller: reconciling", timeout=20)
     assert leader.process.wait(timeout=10) == 0, leader.log_tail()
+    assert probe(port, "/healthz") == (200, "ok")
     handover = took_over - stopped_at
     print(f"SIGTERM handover: {handover:.2f}s from the signal to the standby reconciling")
     assert handover < 3, f"handover took {handover:.2f}s"

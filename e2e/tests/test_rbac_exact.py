@@ -1,5 +1,6 @@
 """The operator's ClusterRole is exact: every request the operator makes is allowed by it, and
-every permission it grants is used.
+every permission it grants is used. So is the leader election's Role (the operator runs with
+--leader-elect, as deployed): its Lease is created, read and renewed, and nothing else.
 
 The harness's apiserver writes an audit log (Metadata level, ServiceAccount users only:
 e2e/cluster.py AUDIT_POLICY) and runs the admission plugin OwnerReferencesPermissionEnforcement.
@@ -36,6 +37,8 @@ BLOCK_OWNER_DELETION = ("kubeflow.org", "tfjobs/finalizers", "update")
 # What `--gang-scheduler-name auto` picks here: Volcano's CRDs come first (registry.AUTO_ORDER).
 AUTO_PICKS = "volcano"
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
+LEASES = ("coordination.k8s.io", "leases")
+LEASE_NAME = rbac.LEADER_ELECTION_LEASE
 
 
 class AuditedOperator(OperatorProcess):
@@ -46,7 +49,10 @@ class AuditedOperator(OperatorProcess):
     credential = ""
 
     def args(self) -> list[str]:
-        args = super().args()
+        # As deployed: with leader election, on the Lease in the operator's namespace (made anew
+        # each run, so that its create is exercised too).
+        self.cluster.kubectl("delete", "lease", LEASE_NAME, "-n", "kubeflow", "--ignore-not-found")
+        args = super().args() + ["--leader-elect"]
         if self.gang:
             args[args.index("--gang-scheduler-name") + 1] = "auto"
         self.credential = credential_id(Path(args[args.index("--kubeconfig") + 1]))
@@ -120,8 +126,23 @@ def used_permissions(entries: list[dict]) -> set[Permission]:
     return used
 
 
+def assert_lease_role_exact(entries: list[dict]) -> list[dict]:
+    """The leader election's requests: allowed by its Role, every grant of which is used; the rest."""
+    leases = [e for e in entries if (permission(e) or ("", ""))[:2] == LEASES]
+    assert leases, "the operator (with --leader-elect) never touched its Lease"
+    refused = [describe(e) for e in leases if code(e) == 403]
+    assert not refused, "Lease requests refused:\n" + "\n".join(refused)
+    elsewhere = {allowed_by(e) for e in leases if f'of Role "{rbac.LEADER_ELECTION_ROLE}"' not in allowed_by(e)}
+    assert not elsewhere, f"Lease requests allowed by something else than Role {rbac.LEADER_ELECTION_ROLE}: {elsewhere}"
+    named = {(permission(e)[2], (e.get("objectRef") or {}).get("name")) for e in leases}
+    assert {verb for verb, _ in named} == {"create", "get", "update"}, named
+    assert {name for _, name in named} == {LEASE_NAME}, named
+    return [e for e in entries if e not in leases]
+
+
 def assert_role_exact(entries: list[dict], rules: list[dict], role: str) -> None:
     assert entries, "no audit entries of the operator's token: is the audit log written?"
+    entries = assert_lease_role_exact(entries)
     refused = [describe(e) for e in entries if code(e) == 403]
     assert not refused, "the operator was refused:\n" + "\n".join(refused)
     granted = set(rbac.permissions(rules))

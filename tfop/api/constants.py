@@ -38,8 +38,6 @@ ANNOTATION_ON_SCHEDULE_TIMEOUT = "tfop.kubeflow.org/on-schedule-timeout"
 ANNOTATION_GANG_GENERATION = "tfop.kubeflow.org/gang-generation"
 # Set on a waiting gang's group object to make the scheduler retry it (GangBackend.retry_touch_seconds).
 ANNOTATION_GANG_RETRY = "tfop.kubeflow.org/gang-retry"
-# kopf needs a finalizer name; tfop registers no deletion handler, so it is never added.
-FINALIZER = "tfop.kubeflow.org/finalizer"
 
 # kubectl's copy of the whole object: large, and meaningless on another object.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -51,7 +51,8 @@ def _prepare_tensorflow_container(spec: dict, config: str | None) -> None:
     for container in spec.get("containers") or []:
         if container.get("name") != DEFAULT_CONTAINER:
             continue
-        ports = container.setdefault("ports", [])
+        ports = container.get("ports") or []  # `ports: null` in a file: the apiserver drops it
+        container["ports"] = ports
         if not any(p.get("name") == DEFAULT_PORT_NAME for p in ports):
             same = [p for p in ports if p.get("containerPort") == DEFAULT_PORT]
             if not same:

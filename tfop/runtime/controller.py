@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from tfop.api import conditions
-from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME, PLURAL
+from tfop.api.constants import KIND, LABEL_OPERATOR, OPERATOR_NAME, PLURAL
 from tfop.api.normalize import normalize
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
@@ -38,6 +38,16 @@ OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 RESYNC_SECONDS = 30.0
 # A reconcile running longer is stuck (its requests time out after 30 s each): /healthz fails.
 STUCK_AFTER_SECONDS = 300.0
+# An informer that heard nothing (no listing, no event, no bookmark) for this long is hung: /healthz fails.
+SILENT_INFORMER_SECONDS = 600.0
+
+
+def _ignore(_key) -> None:
+    return None
+
+
+def _no_key(_obj) -> None:
+    return None  # TFJob events go to job_event (on_event), not to a job's key
 
 
 class RetryLater(Exception):
@@ -66,10 +76,14 @@ class Controller:
 
     def _watch_children(self, namespaces: list[str | None]) -> None:
         selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
+        # TFJobs: our own informer rather than kopf's watch, whose relist after a 410 never reports
+        # the jobs deleted meanwhile (their pods would be re-created and collected in a loop).
+        self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, None, _ignore,
+                               key_of=_no_key, on_event=self.job_event, trim=trim_job)
         self.pods = Informer(self.client, "v1", "pods", "Pod", namespaces, selector, self.queue.add,
                              on_gone=self._pod_gone)
         self.services = Informer(self.client, "v1", "services", "Service", namespaces, selector, self.queue.add)
-        self.informers = [self.pods, self.services]
+        self.informers = [self.tfjobs, self.pods, self.services]
         self.groups = self.priorities = None
         if self.backend is None:
             return
@@ -153,7 +167,12 @@ class Controller:
         """For /healthz: every informer still running, no reconcile stuck (each request times out in 30 s)."""
         def informers() -> str | None:
             stopped = [name for name, task in self.watches.items() if task.done()]
-            return f"stopped: {', '.join(stopped)}" if stopped else None
+            if stopped:
+                return f"stopped: {', '.join(stopped)}"
+            # A watch ends within 320 s and the apiserver sends bookmarks: silence this long is a hang.
+            silent = [f"{i.plural} for {i.clock() - i.last_contact:.0f}s" for i in self.informers
+                      if i.clock() - i.last_contact > SILENT_INFORMER_SECONDS]
+            return f"no answer from the apiserver: {', '.join(silent)}" if silent else None
 
         def workers() -> str | None:
             longest = self.queue.longest_running()

@@ -294,6 +294,7 @@ class Informer(Cache):
         self.namespaces = list(namespaces)
         self.synced = asyncio.Event()
         self._pending_syncs = len(self.namespaces)
+        self.last_contact = self.clock()  # a listing or a watch event (bookmarks too) last arrived then
 
     async def run(self) -> None:
         await asyncio.gather(*(self._run_namespace(ns) for ns in self.namespaces))
@@ -354,6 +355,7 @@ class Informer(Cache):
                 listed, version = set(), version_of(page)
             listed |= self.absorb(page.get("items") or [])
         self.sweep(namespace, listed, version)
+        self.last_contact = self.clock()
         return version
 
     async def _watch(self, namespace: str | None, version: str) -> str | None:
@@ -361,6 +363,7 @@ class Informer(Cache):
         try:
             async for event in self.client.watch(self.api_version, self.plural, namespace, version,
                                                  self.label_selector):
+                self.last_contact = self.clock()
                 version = self.handle_event(event, version)
                 if version is None:
                     return None

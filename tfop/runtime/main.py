@@ -1,4 +1,4 @@
-"""Start one operator replica: kopf runs the process and watches TFJobs; our controller reconciles.
+"""Start one operator replica: kopf runs the process; tfop's informers watch TFJobs and children.
 
 With leader election one replica reconciles and the others keep warm caches; every vital task is
 supervised (tfop/runtime/supervisor.py), so the process never stays alive doing nothing.
@@ -16,10 +16,10 @@ from typing import Awaitable, Callable
 import aiohttp
 
 from tfop import __version__
-from tfop.api.constants import FINALIZER, GROUP, PLURAL, STORAGE_VERSION
 from tfop.core.settings import DEFAULT_NAMESPACE, Settings
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, Credentials, KubeClient
+from tfop.kube.kubeconfig import StartupError
 from tfop.runtime.controller import Controller
 from tfop.runtime.health import HealthServer, parse_bind_address
 from tfop.runtime.leader import LeaderElector
@@ -55,7 +55,7 @@ log = logging.getLogger("tfop")
 
 async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend | None:
     """The gang backend the flags select (registry.backend_from_flags), None when gang scheduling is off."""
-    from tfop.gang.registry import AUTO, backend_from_flags
+    from tfop.gang.registry import AUTO, backend_from_flags, flag_warning
 
     installed = None
     if settings.gang_scheduler_name == AUTO:  # listed up front: the resolver cannot await a callable
@@ -64,12 +64,22 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     backend, why = backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name,
                                       settings.scheduler_name, installed_crds=installed)
     log.info("gang scheduling: %s", why)
+    warning = flag_warning(settings.gang_scheduler_name, settings.scheduler_name)
+    if warning:
+        log.warning("gang scheduling: %s", warning)
     if backend is None:
         return None
     if backend.group_resource is not None:
         resource = backend.group_resource
         crd = f"{resource.plural}.{resource.group}"
-        found = await client.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
+        try:
+            found = await client.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            # A check, not a need: the group objects themselves may still be allowed.
+            log.warning("cannot check that CRD %s is installed (%s); see `tfop doctor`", crd, err.message)
+            return backend
         if found is None:
             # Upstream refuses to start here; we keep serving and say exactly what is missing.
             log.error("CRD %s is not installed: %s gangs cannot be created until it is (see `tfop doctor`)",
@@ -77,8 +87,9 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     return backend
 
 
-def build_registry(controller: Controller, credentials: Credentials,
-                   on_cleanup: Callable[[], Awaitable[None]]) -> kopf.OperatorRegistry:
+def build_registry(credentials: Credentials, on_cleanup: Callable[[], Awaitable[None]]) -> kopf.OperatorRegistry:
+    """kopf runs the process: credentials, start-up settings, signals and the clean stop. It watches
+    nothing itself: TFJobs and their children come through tfop's informers (runtime/informer.py)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -91,13 +102,6 @@ def build_registry(controller: Controller, credentials: Credentials,
         # Our namespaces are exact names and the CRD is known: no need to list namespaces or CRDs.
         settings.scanning.disabled = True
         settings.watching.server_timeout = 290
-        settings.persistence.finalizer = FINALIZER
-
-    @kopf.on.event(GROUP, STORAGE_VERSION, PLURAL, registry=registry)
-    def on_tfjob(event, **_):
-        obj = event.get("object")
-        if obj:
-            controller.job_event(event.get("type"), obj)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
@@ -105,10 +109,6 @@ def build_registry(controller: Controller, credentials: Credentials,
         await on_cleanup()
 
     return registry
-
-
-class StartupError(Exception):
-    """The operator cannot start (the apiserver unreachable, a request refused): one line says why."""
 
 
 def replica_identity() -> str:
@@ -136,6 +136,8 @@ async def start_up(settings: Settings, client: KubeClient) -> GangBackend | None
                            f"{STARTUP_TIMEOUT_SECONDS:g}s") from None
     except (OSError, aiohttp.ClientError) as err:
         raise StartupError(f"cannot reach the apiserver at {client.credentials.server}: {err}") from None
+    except ValueError as err:  # e.g. `--gang-scheduler-name auto` and no scheduler's CRDs installed
+        raise StartupError(f"gang scheduling: {err}") from None
 
 
 class Operator:
@@ -187,7 +189,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
             client.write_gate = elector.may_write  # only the leader writes, from start to end
         backend = await start_up(settings, client)
         operator = Operator(settings, client, Controller(settings, client, backend), elector)
-        registry = build_registry(operator.controller, credentials, operator.stop)
+        registry = build_registry(credentials, operator.stop)
         probes = await start_probes(settings, operator)
         operator.start_tasks()
         try:

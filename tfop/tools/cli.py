@@ -87,9 +87,9 @@ def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces,
 
 def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
     """Run until stopped; a start-up failure or a vital task's death is one line and exit code 1."""
-    from tfop.kube.kubeconfig import StartupError as CannotStart
+    from tfop.kube.kubeconfig import StartupError
     from tfop.runtime.leader import LeadershipLost
-    from tfop.runtime.main import StartupError, run_operator
+    from tfop.runtime.main import run_operator
     from tfop.runtime.supervisor import VitalTaskDied
     from tfop.tools.startup import operator_preflight
 
@@ -101,7 +101,7 @@ def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
 
     try:
         asyncio.run(start())
-    except (CannotStart, StartupError, VitalTaskDied, LeadershipLost) as err:
+    except (StartupError, VitalTaskDied, LeadershipLost) as err:
         logging.getLogger("tfop").error("%s", err)
         sys.exit(1)
 
@@ -177,8 +177,8 @@ def _one_line_errors(command):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:
-            from tfop.tools.offline import printable
             from tfop.api.validation import SHOWN_MAX
+            from tfop.tools.offline import printable
 
             text = printable(" ".join(str(err).split()))[:SHOWN_MAX]
             raise click.ClickException(f"internal error, please report it with the input: {type(err).__name__}: "

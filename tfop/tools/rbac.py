@@ -24,8 +24,8 @@ LABELS = {"app.kubernetes.io/name": "tfop", "app.kubernetes.io/part-of": "tfop"}
 # What the operator itself calls, resource by resource (why in the comments). Nothing more:
 # e2e/tests/test_rbac_exact.py runs the operator and fails on any grant it never used.
 BASE_RULES: tuple[dict, ...] = (
-    # kopf lists and watches TFJobs. tfop's only kopf handler is on.event, so kopf keeps no
-    # finalizer, diff-base or progress on them and never writes them. delete: ttlSecondsAfterFinished.
+    # The TFJob informer lists and watches them (kopf watches nothing and never writes a TFJob:
+    # no finalizer, diff-base or progress). delete: ttlSecondsAfterFinished.
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["delete", "list", "watch"]},
     # The status is merge-patched from the cached job; never read back, never replaced.
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
