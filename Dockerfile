@@ -7,12 +7,14 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 # Only what the wheel is made of, so unrelated edits keep the cache.
 # README.md* : setup.cfg reads it for the long description when present.
-COPY pyproject.toml setup.cfg README.md* ./
+COPY pyproject.toml setup.cfg constraints.txt README.md* ./
 COPY tfop ./tfop
 COPY templates ./templates
 COPY crds ./crds
 COPY rbac ./rbac
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# constraints.txt pins every dependency at the version the tests ran with, so two builds of
+# one commit ship the same libraries (regenerate it as its header says).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 
 # ---- runtime: no build tools, no wheels left behind, not root
 FROM ${PYTHON_IMAGE}
@@ -32,7 +34,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 # (the Deployment from `tfop manifests` sets the same uid).
 USER 65532:65532
 WORKDIR /tmp
-# kopf's liveness endpoint (`tfop run` serves it on 0.0.0.0:8080/healthz).
-EXPOSE 8080
+# /healthz and /readyz (`tfop run --health-probe-bind-address`, default :8081); /metrics (:8080).
+EXPOSE 8081 8080
 ENTRYPOINT ["tfop"]
 CMD ["run", "--all-namespaces"]

@@ -52,6 +52,8 @@ COMPONENTS: dict[str, dict[str, str]] = {
     # Optional (not built unless asked for or a cluster needs it).
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
     "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
+    # Lints and renders charts/tfop in tests/test_install_paths.py and e2e/tests/test_install.py.
+    "helm": {"helm": "helm.sh/helm/v3/cmd/helm"},
 }
 DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano", "koordinator"]
 
@@ -102,6 +104,12 @@ def binary(bin_name: str) -> Path:
     if not p.is_file():
         raise BuildError(f"{bin_name} not built; run: python -m e2e.build --components {comp}")
     return p
+
+
+def built_binary(bin_name: str) -> Path:
+    """Path of a binary, its component built first when missing (BuildError when it cannot be)."""
+    ensure([BINARY_COMPONENT[bin_name]])
+    return binary(bin_name)
 
 
 def _go_env() -> dict[str, str]:

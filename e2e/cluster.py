@@ -227,13 +227,17 @@ class Cluster:
 
     # ---------- what the apiserver saw ----------
 
-    def apiserver_metrics(self) -> list:
-        """GET /metrics as admin, parsed: prometheus_client Metric families. The counters
-        start again from zero whenever the apiserver restarts."""
+    def apiserver_metrics(self, names: tuple[str, ...] | None = None) -> list:
+        """GET /metrics as admin, parsed: prometheus_client Metric families, only those in
+        `names` if given (parsing all 2 MB takes about 2 s here). The counters start again
+        from zero whenever the apiserver restarts."""
         from prometheus_client.parser import text_string_to_metric_families
 
         with urllib.request.urlopen(f"{self.server}/metrics", timeout=10, context=self._admin_tls()) as r:
-            return list(text_string_to_metric_families(r.read().decode()))
+            text = r.read().decode()
+        if names is not None:
+            text = "".join(line for line in text.splitlines(keepends=True) if _in_families(line, names))
+        return list(text_string_to_metric_families(text))
 
     def audit_offset(self) -> int:
         """The audit log's size now: audit_entries(since=this) reads only what comes after."""
@@ -276,11 +280,28 @@ class Cluster:
             raise ClusterError(f"{name} is running (pid {self.state['pids'][name]}): stop it first")
         with open(self.logs / f"{name}.log", "ab") as log:  # where one run ends in the log
             log.write(f"\n===== e2e.cluster: {name} started again at {time.strftime('%H:%M:%S')} =====\n".encode())
+        kwok_nodes = self._release_kwok_nodes() if name == "kwok" else []
         self._launch(name)
         self._wait_healthy(name, timeout)
         if name == "etcd" and self.alive_components().get("kube-apiserver"):
             self._wait_healthy("kube-apiserver", timeout)
+        if kwok_nodes:
+            self._wait("kwok leasing its nodes again", lambda: set(kwok_nodes) <= {l["metadata"]["name"] for l in json.loads(
+                self.kubectl("get", "leases", "-n", "kube-node-lease", "-o", "json").stdout)["items"]}, timeout, name)
         return self.state["pids"][name]
+
+    def _release_kwok_nodes(self) -> list[str]:
+        """Delete the node Leases the stopped kwok held, so that the new one (another identity:
+        hostname + a random id) takes its nodes at once instead of after the lease duration
+        (40 s), as a restarted kubelet renews its own lease. Returns those nodes' names."""
+        got = self.kubectl("get", "nodes", "-o", "json", check=False)
+        if got.returncode != 0:  # no apiserver: nothing to release, kwok waits for it anyway
+            return []
+        nodes = [n["metadata"]["name"] for n in json.loads(got.stdout)["items"]
+                 if (n["metadata"].get("annotations") or {}).get(KWOK_NODE_ANNOTATION) == "fake"]
+        if nodes:
+            self.kubectl("delete", "leases", "-n", "kube-node-lease", "--ignore-not-found", *nodes)
+        return nodes
 
     def restart(self, name: str, *, grace: float = 10.0, timeout: float = 60) -> int:
         """stop_component() then start_component(): the same process, in place. Returns the new pid."""
@@ -736,9 +757,16 @@ def _volcano_bad_pod() -> dict:
                      "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
 
 
+def _in_families(line: str, names: tuple[str, ...]) -> bool:
+    """Is this line of the text format (# HELP/# TYPE or a sample) of one of these families?"""
+    name = line.split(" ", 3)[2] if line.startswith("# ") else line.split("{", 1)[0].split(" ", 1)[0]
+    return name in names or any(name == n + part for n in names for part in ("_bucket", "_sum", "_count"))
+
+
 def request_counts(families, verb: str = "POST", code: str = "201") -> dict[str, float]:
     """apiserver_request_total summed per resource for one verb and code, dry runs left out
-    (their label dry_run is "All"). Keys: "pods", "pods/binding", "podgroups.scheduling.volcano.sh"."""
+    (their label dry_run is "All"). Keys: "pods", "pods/binding", "podgroups.scheduling.volcano.sh".
+    Families: only apiserver_request_total is read: c.apiserver_metrics(("apiserver_request_total",))."""
     counts: dict[str, float] = {}
     for family in families:
         for sample in family.samples:

@@ -56,7 +56,7 @@ class OperatorProcess:
         self.log_path = self.log_dir / f"tfop-{'-'.join(namespaces) or 'all'}-{int(time.time() * 1000)}.log"
 
     def args(self) -> list[str]:
-        args = [sys.executable, "-m", "tfop", "run", "--health-probe-bind-address", "0"]
+        args = [sys.executable, "-m", "tfop", "run", "--health-probe-bind-address", "0", "--metrics-bind-address", "0"]
         kubeconfig = self.cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
         args += ["--kubeconfig", str(kubeconfig)]
         for ns in self.namespaces:

@@ -142,7 +142,7 @@ def test_run_prints_one_line_on_stderr(home):
 # ------------------------------------------------------------------ kubeconfig.load and tls_context
 def test_load_keeps_what_only_the_official_loader_reads(home):
     path = home / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig(user={"exec": {"command": "aws"}})))
+    path.write_text(yaml.safe_dump(kubeconfig(user={"auth-provider": {"name": "oidc"}})))
     assert load(str(path), None, {}) is None
     assert load(None, None, {"KUBECONFIG": f"{path}{os.pathsep}{path}"}) is None  # merged lists
 

@@ -90,15 +90,15 @@ STATUS_TABLE = [
     ("no chief: worker succeeded", {"Worker": 1}, {}, {"worker_0": OK}, ("Succeeded", "True"),
      {"Worker": (0, 1, 0)}),
     ("no chief: worker running", {"Worker": 1}, {}, {}, ("Running", "True"), {"Worker": (1, 0, 0)}),
-    ("no chief: workers 0,1 succeeded, 2 active", NOCHIEF, {}, _w(0, 1, **OK), ("Succeeded", "True"),
-     {"Worker": (2, 2, 0), "PS": (2, 0, 0)}),
+    ("no chief: workers 0,1 succeeded, 2 active (counted succeeded, as upstream)", NOCHIEF, {}, _w(0, 1, **OK),
+     ("Succeeded", "True"), {"Worker": (0, 4, 0), "PS": (0, 2, 0)}),
     ("no chief: 2 running, 2 failed", NOCHIEF, {}, _w(2, 3, **FAIL), ("Failed", "True"), {"Worker": (2, 0, 2)}),
     ("no chief: 2 succeeded, 2 failed (worker-0 failed)", NOCHIEF, {}, {**_w(2, 3, **OK), **_w(0, 1, **FAIL)},
      ("Failed", "True"), {"Worker": (0, 2, 2)}),
     ("no chief: worker-0 succeeded, worker-3 failed: success decided", NOCHIEF, {}, {**_w(0, **OK), **_w(3, **FAIL)},
-     ("Succeeded", "True"), {"Worker": (2, 1, 1)}),
+     ("Succeeded", "True"), {"Worker": (0, 3, 1)}),
     ("no chief: worker-0 succeeded, 3 active", NOCHIEF, {}, _w(0, **OK), ("Succeeded", "True"),
-     {"Worker": (3, 1, 0)}),
+     {"Worker": (0, 4, 0)}),
     ("AllWorkers: worker-0 succeeded, 3 active", NOCHIEF, {"successPolicy": "AllWorkers"}, _w(0, **OK),
      ("Running", "True"), {"Worker": (3, 1, 0)}),
     ("AllWorkers: all 4 succeeded", NOCHIEF, {"successPolicy": "AllWorkers"}, _w(0, 1, 2, 3, **OK),
@@ -560,3 +560,15 @@ def test_failure_after_restart_clears_restarting():
     job = with_status(job, conditions=[cond(S.CREATED), cond(S.RESTARTING)], startTime=ago(60), restartCount=1)
     plan = run(job, observed(job, worker_1=dict(phase="Failed", exit_code=1)))
     assert ctypes(plan.status) == [("Created", "True"), ("Restarting", "False"), ("Failed", "True")]
+
+
+def test_a_finished_jobs_replica_counts_stay_as_they_were():
+    """cleanPodPolicy (or anyone) may delete a finished job's pods; its counts are what it finished with."""
+    job = model(tfjob({"Worker": 2}))
+    recorded = {"Worker": {"active": 0, "succeeded": 2, "failed": 0}}
+    job = with_status(job, conditions=[cond(S.CREATED), cond(S.SUCCEEDED)], startTime=ago(60),
+                      completionTime=ago(10), replicaStatuses=recorded)
+    plan = run(job, observed(job, phase=None))  # every pod gone
+    status = plan.status or job.status
+    got = status["replicaStatuses"]["Worker"]
+    assert (got["active"], got["succeeded"], got["failed"]) == (0, 2, 0)

@@ -331,3 +331,23 @@ def test_children_stay_trimmed():
     inf.upsert(pod(rv="1"))
     kept = inf.get(NS, "job-worker-1")
     assert "spec" not in kept and kept["status"] == {"phase": "Running"}
+
+
+OWNER_KEYS = [
+    ("tfop's label", {"metadata": {"namespace": "ml", "name": "a", "labels": {"training.kubeflow.org/job-name": "a"}}},
+     ("ml", "a")),
+    ("upstream's group: no label, controlled by the TFJob",
+     {"metadata": {"namespace": "ml", "name": "b", "ownerReferences": [
+         {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "b", "uid": "u", "controller": True}]}},
+     ("ml", "b")),
+    ("owned, not controlled", {"metadata": {"namespace": "ml", "name": "c", "ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "c", "uid": "u"}]}}, None),
+    ("controlled by something else", {"metadata": {"namespace": "ml", "name": "d", "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "d", "uid": "u", "controller": True}]}}, None),
+]
+
+
+@pytest.mark.parametrize("case,obj,key", OWNER_KEYS, ids=[c[0] for c in OWNER_KEYS])
+def test_owner_key(case, obj, key):
+    from tfop.runtime.informer import owner_key
+    assert owner_key(obj) == key

@@ -11,6 +11,7 @@ from tfop.gang import registry
 VERSION = kubernetes_validate.utils.latest_version()
 VARIANTS = [(False, None)] + [(True, n) for n in registry.backend_names()] + [
     (True, None), (True, "pdb"), (True, "my-coscheduler")]
+NAMESPACED = [(False, None), (True, "volcano"), (True, "coscheduling"), (True, "kube-arbitrator")]
 
 
 def _by_kind(objs):
@@ -25,6 +26,13 @@ def rendered():
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: str(v))
 def test_valid_strict(rendered, variant):
     for obj in rendered[variant]:
+        kubernetes_validate.validate(obj, VERSION, strict=True)
+
+
+@pytest.mark.parametrize("variant", NAMESPACED, ids=str)
+def test_namespaced_valid_strict(variant):
+    for obj in manifests.deploy_objects(*variant, include_crds=False, create_namespace=True,
+                                        watch_namespaces=["team-a", "team-b"]):
         kubernetes_validate.validate(obj, VERSION, strict=True)
 
 
@@ -79,15 +87,74 @@ def test_deployment(variant, args):
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
+def test_namespace_only_when_asked():
+    """The namespace is usually shared by all of Kubeflow: `kubectl delete -f` of the output must not take it."""
+    assert "Namespace" not in _by_kind(manifests.deploy_objects())
+    objs = manifests.deploy_objects(namespace="ml", create_namespace=True)
+    assert [o for o in objs if o["kind"] == "Namespace"] == [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}]
+    assert [o["kind"] for o in objs][:2] == ["CustomResourceDefinition", "Namespace"]
+
+
 def test_namespace_everywhere():
     objs = _by_kind(manifests.deploy_objects(namespace="ml"))
-    assert objs["Namespace"]["metadata"]["name"] == "ml"
     assert objs["ServiceAccount"]["metadata"]["namespace"] == "ml"
     assert objs["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml"
     # The Lease is namespaced: the leader election's rights are too, in the operator's namespace only.
     assert objs["Role"]["metadata"]["namespace"] == objs["RoleBinding"]["metadata"]["namespace"] == "ml"
     assert objs["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "tfop", "namespace": "ml"}]
     assert {r["apiGroups"][0] for r in objs["Role"]["rules"]} == {"coordination.k8s.io"}
+
+
+@pytest.mark.parametrize("variant", NAMESPACED, ids=str)
+def test_namespaced_install(variant):
+    """Watched namespaces get Roles with the namespaced rules; only cluster-scoped reads stay cluster-wide."""
+    backend, _why = registry.backend_from_flags(*variant)
+    objs = manifests.deploy_objects(*variant, namespace="ops", watch_namespaces=["team-a", "team-b", "team-a"])
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs if o["kind"] == "Role"}
+    namespaced, cluster = rbac.split_by_scope(rbac.operator_rules(backend))
+    for ns in ("team-a", "team-b"):
+        assert roles[(ns, "tfop")]["rules"] == namespaced
+        binding = next(o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == ns)
+        assert binding["roleRef"]["name"] == "tfop"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tfop", "namespace": "ops"}]
+    assert set(roles) == {("team-a", "tfop"), ("team-b", "tfop"), ("ops", "tfop-leader-election")}
+    by_kind = _by_kind(objs)
+    if cluster:
+        assert by_kind["ClusterRole"]["rules"] == cluster
+        assert by_kind["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ops"
+    else:
+        assert "ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind
+    args = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" not in args
+    assert args[-5:] == ["--namespace", "team-a", "--namespace", "team-b", "--leader-elect"]
+
+
+def test_namespaced_rules_split_by_scope():
+    volcano, _ = registry.load_backend("volcano")
+    namespaced, cluster = rbac.split_by_scope(rbac.operator_rules(volcano))
+    assert [r["resources"] for r in cluster] == [["priorityclasses"], ["customresourcedefinitions"]]
+    assert namespaced == rbac.operator_rules(None) + [rbac.canonical_rule(r) for r in volcano.rbac_rules]
+
+
+@pytest.mark.parametrize("bad", ["Team", "a_b", "-a", "a" * 64, ""])
+def test_watch_namespace_must_be_a_name(bad):
+    with pytest.raises(ValueError, match="not a namespace name"):
+        manifests.deploy_objects(watch_namespaces=[bad])
+
+
+def test_cli_namespace_flags():
+    from click.testing import CliRunner
+
+    from tfop.tools.cli import cli
+
+    result = CliRunner().invoke(cli, ["manifests", "--create-namespace", "--watch-namespace", "a",
+                                      "--gang-scheduler-name", "volcano", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["items"] == manifests.deploy_objects(True, "volcano", create_namespace=True,
+                                                                          watch_namespaces=["a"])
+    refused = CliRunner().invoke(cli, ["manifests", "--watch-namespace", "A"])
+    assert refused.exit_code == 2 and "not a namespace name" in refused.output
 
 
 def test_auto_refused_offline():
@@ -128,4 +195,4 @@ def test_server_side_apply_accepts_everything(request, tmp_path, variant):
                           "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("serverside-applied") == 6
+    assert out.stdout.count("serverside-applied") == len(manifests.deploy_objects(*variant))

@@ -80,3 +80,31 @@ def test_kustomization_builds():
                          capture_output=True, text=True).stdout
     kinds = sorted(o["kind"] for o in yaml.safe_load_all(out))
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]
+
+
+@pytest.mark.parametrize("name", registry.backend_names())
+def test_scope_split_keeps_every_rule_once(name):
+    """Namespaced plus cluster-scoped is the whole rule set; only PriorityClasses and CRDs need a ClusterRole."""
+    backend, _ = registry.load_backend(name)
+    rules = rbac.operator_rules(backend)
+    namespaced, cluster = rbac.split_by_scope(rules)
+    assert sorted(map(str, namespaced + cluster)) == sorted(map(str, rules))
+    assert {(g, r) for g, r, _v in rbac.permissions(cluster)} <= rbac.CLUSTER_SCOPED
+    assert namespaced[:len(rbac.BASE_RULES)] == rbac.operator_rules(None)
+    assert rbac.split_by_scope(rbac.operator_rules(None)) == (rbac.operator_rules(None), [])
+
+
+def test_a_rule_mixing_scopes_is_refused():
+    mixed = {"apiGroups": ["", "scheduling.k8s.io"], "resources": ["pods", "priorityclasses"], "verbs": ["list"]}
+    with pytest.raises(ValueError, match="mixes"):
+        rbac.split_by_scope([mixed])
+
+
+def test_namespaced_role_objects():
+    objs = rbac.namespaced_role_objects(["a", "b"], None, operator_namespace="ops")
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in objs] == [
+        ("Role", "a"), ("RoleBinding", "a"), ("Role", "b"), ("RoleBinding", "b")]
+    assert objs[0]["rules"] == rbac.operator_rules(None)
+    assert objs[1]["subjects"] == [{"kind": "ServiceAccount", "name": "tfop", "namespace": "ops"}]
+    for obj in objs:
+        kubernetes_validate.validate(obj, kubernetes_validate.utils.latest_version(), strict=True)

@@ -411,7 +411,8 @@ class ScopedOperator(OperatorProcess):
             "users": [{"name": "u", "user": {"token": token}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "current-context": "c"}))
         kc.chmod(0o600)
-        args = [sys.executable, "-m", "tfop", "run", "--health-probe-bind-address", "0", "--kubeconfig", str(kc)]
+        args = [sys.executable, "-m", "tfop", "run", "--health-probe-bind-address", "0", "--metrics-bind-address", "0",
+                "--kubeconfig", str(kc)]
         for ns in self.namespaces:
             args += ["--namespace", ns]
         if self.gang:

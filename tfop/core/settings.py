@@ -45,6 +45,8 @@ class Settings:
     leader_elect_namespace: str = ""
     # /healthz and /readyz, controller-runtime's default address; "0" turns them off.
     health_probe_bind_address: str = ":8081"
+    # /metrics (Prometheus), controller-runtime's default address; "0" turns it off.
+    metrics_bind_address: str = ":8080"
 
     @property
     def all_namespaces(self) -> bool:

@@ -6,6 +6,7 @@ from tfop.children.labels import replica_selector
 from tfop.core.draft import Draft
 from tfop.core.summary import summary_event
 
+COUNTERS = ("active", "succeeded", "failed")
 UNCOMPARED = "lastReconcileTime"  # changes every pass; a write for it alone would be a wasted write
 
 
@@ -16,7 +17,7 @@ def finalize(draft: Draft) -> None:
     for replica in view.job.replicas:
         selector = replica_selector(view.job.name, replica)
         replica_statuses[replica.type] = {
-            **view.counts[replica.type],
+            **_counters(draft, replica.type),
             "labelSelector": {"matchLabels": selector},
             "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
         }
@@ -33,6 +34,20 @@ def finalize(draft: Draft) -> None:
     if _without(status) != _without(view.job.status):
         status["lastReconcileTime"] = conditions.timestamp(view.now)
         draft.plan.status = status
+
+
+def _counters(draft: Draft, rtype: str) -> dict[str, int]:
+    """Counted from the pods while the job runs. A finished job's stay as they were when it finished
+    (cleanPodPolicy may delete its pods since), and on success the replicas still active count as
+    succeeded: what upstream reports, and what the Training SDK and dashboards read."""
+    view = draft.view
+    recorded = (view.job.status.get("replicaStatuses") or {}).get(rtype)
+    if recorded is not None and conditions.is_finished(list(view.job.status.get("conditions") or [])):
+        return {k: int(recorded.get(k) or 0) for k in COUNTERS}
+    counts = dict(view.counts[rtype])
+    if draft.is_true(conditions.SUCCEEDED):
+        counts["succeeded"], counts["active"] = counts["succeeded"] + counts["active"], 0
+    return counts
 
 
 def _without(status) -> dict:

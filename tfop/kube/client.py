@@ -1,14 +1,16 @@
 """A small asyncio Kubernetes client: just the verbs tfop uses, never blocking the loop.
 
 Credentials come from the kubeconfig or the in-cluster service account
-(tfop.kube.kubeconfig, or the official client's loader for exec plugins and
-the like); requests go through one aiohttp session
-with a bounded connection pool.
+(tfop.kube.kubeconfig, exec plugins run by tfop.kube.exec_credential, or the
+official client's loader for auth providers and the like); requests go through
+one aiohttp session with a bounded connection pool, through the cluster's proxy
+if it has one.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import ssl
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 
+from tfop.kube.exec_credential import ExecAuthenticator, ExecCredential
+from tfop.kube.kubeconfig import ConfigError, Endpoint, proxy_url, tls_context, with_env_proxy
 
 
 class ApiError(Exception):
@@ -39,27 +43,44 @@ class Credentials:
     cert_file: str | None = None
     key_file: str | None = None
     verify: bool = True
+    proxy: str | None = None  # http:// or https://: proxy-url, else $HTTPS_PROXY as client-go
+    server_hostname: str | None = None  # tls-server-name: the name the certificate is checked against
+    exec_auth: ExecAuthenticator | None = None  # the user's exec plugin, run when its credential is due
 
     @classmethod
-    def load(cls, kubeconfig: str | None = None, context: str | None = None) -> "Credentials":
-        import os
-
+    def load(cls, kubeconfig: str | None = None, context: str | None = None,
+             environ: Mapping[str, str] | None = None) -> "Credentials":
+        """ConfigError (one line) when they cannot work; an exec plugin first runs at the first request."""
         from tfop.kube.kubeconfig import load as load_endpoint
 
-        endpoint = load_endpoint(kubeconfig, context, os.environ)
+        environ = os.environ if environ is None else environ
+        endpoint = load_endpoint(kubeconfig, context, environ)
         if endpoint is None:
-            endpoint = _official_endpoint(kubeconfig, context)
-        if endpoint.verify:
-            ctx = ssl.create_default_context(cafile=endpoint.ca_file, cadata=endpoint.ca_data)
-        else:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if endpoint.cert_file and endpoint.key_file:
-            ctx.load_cert_chain(endpoint.cert_file, endpoint.key_file)
-        return cls(server=endpoint.server, ssl_context=ctx, token_file=endpoint.token_file, token=endpoint.token,
-                   ca_file=endpoint.ca_file, ca_data=endpoint.ca_data, cert_file=endpoint.cert_file,
-                   key_file=endpoint.key_file, verify=endpoint.verify)
+            endpoint = with_env_proxy(_official_endpoint(kubeconfig, context), environ)
+        plugin = endpoint.exec_plugin
+        return cls(server=endpoint.server, ssl_context=tls_context(endpoint), token_file=endpoint.token_file,
+                   token=endpoint.token, ca_file=endpoint.ca_file, ca_data=endpoint.ca_data,
+                   cert_file=endpoint.cert_file, key_file=endpoint.key_file, verify=endpoint.verify,
+                   proxy=endpoint.proxy_url, server_hostname=endpoint.tls_server_name,
+                   exec_auth=ExecAuthenticator(plugin, endpoint, environ) if plugin else None)
+
+    async def authenticate(self) -> ExecCredential | None:
+        """Before a request: the exec plugin's credential, run again when due; None for the others."""
+        return await self.exec_auth.credential() if self.exec_auth else None
+
+    async def rejected(self, used: ExecCredential | None) -> bool:
+        """After a 401 to a request that carried `used`: True when a new credential is worth one more try."""
+        return self.exec_auth is not None and await self.exec_auth.rejected(used)
+
+    def transport(self) -> dict[str, Any]:
+        """aiohttp's per-request connection arguments: the TLS context (with the plugin's client
+        certificate, which may change), the proxy, the name the server's certificate must hold."""
+        options: dict[str, Any] = {"ssl": (self.exec_auth and self.exec_auth.ssl_context()) or self.ssl_context}
+        if self.proxy:
+            options["proxy"] = self.proxy
+        if self.server_hostname:
+            options["server_hostname"] = self.server_hostname
+        return options
 
     def to_kopf(self):
         import kopf
@@ -70,16 +91,27 @@ class Credentials:
         )
 
     def bearer(self) -> str | None:
+        if self.exec_auth is not None:
+            return self.exec_auth.token()
         if self.token_file and Path(self.token_file).exists():
             return Path(self.token_file).read_text().strip()
         return self.token
 
 
-def _official_endpoint(kubeconfig: str | None, context: str | None):
-    """Exec plugins, auth providers and the rest: the official client's loader."""
-    from kubernetes import client, config
+def _official_endpoint(kubeconfig: str | None, context: str | None) -> Endpoint:
+    """Auth providers, basic auth, merged KUBECONFIG lists: the official client's loader; its
+    failures are a ConfigError of one line."""
+    try:
+        return _official_loader(kubeconfig, context)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the loader's own (ConfigException, an auth provider's, ...)
+        where = f" from {kubeconfig}" if kubeconfig else ""
+        raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {' '.join(str(err).split())}") from None
 
-    from tfop.kube.kubeconfig import Endpoint
+
+def _official_loader(kubeconfig: str | None, context: str | None) -> Endpoint:
+    from kubernetes import client, config
 
     cfg = client.Configuration()
     try:
@@ -97,8 +129,11 @@ def _official_endpoint(kubeconfig: str | None, context: str | None):
         token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
         if prefix and prefix.lower() != "bearer":
             token = auth
+    # The loader's proxy when the kubeconfig names one (newer clients also fill it from the environment).
+    proxy = None if getattr(cfg, "_proxy_from_env", False) else getattr(cfg, "proxy", None)
     return Endpoint(server=cfg.host.rstrip("/"), ca_file=cfg.ssl_ca_cert, verify=cfg.verify_ssl, token=token,
-                    token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file)
+                    token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file,
+                    proxy_url=proxy_url(proxy, "proxy-url"), tls_server_name=getattr(cfg, "tls_server_name", None))
 
 
 # Like client-go: a request answered 429 is sent again up to this many times.
@@ -164,6 +199,7 @@ class KubeClient:
         self.user_agent = user_agent  # names the replica in the apiserver's audit log
         # Asked before every write but the Lease's own: with leader election, only a leader writes.
         self.write_gate = write_gate
+        self.on_response: Callable[[str, str, int], None] | None = None  # (method, path, code): metrics
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
 
     async def __aenter__(self) -> "KubeClient":
@@ -190,21 +226,29 @@ class KubeClient:
     async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", timeout: float = 30, gated: bool = True) -> Any:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
+        reauthenticated = False
         for attempt in range(THROTTLE_RETRIES + 1):
+            used = await self.credentials.authenticate()  # before the gate: a plugin may take seconds
             if gated and method != "GET" and self.write_gate is not None and not self.write_gate():
                 raise NotLeading(f"{method} {path} not sent: this replica is not the leader")
             self.requests += 1
             async with self._session.request(
                 method, self.credentials.server + path, data=data, params=params,
                 headers=self._headers(content_type if body is not None else None),
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
             ) as response:
                 text = await response.text()
+                if self.on_response is not None:
+                    self.on_response(method, path, response.status)
                 payload = json.loads(text) if text and text[0] in "{[" else text
                 if response.status == 429 and attempt < THROTTLE_RETRIES:
                     # Too many requests in flight: turned away before it did anything, so any
                     # verb may be sent again, after the pause the apiserver asks for.
                     await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
+                    continue
+                if (response.status == 401 and not reauthenticated and attempt < THROTTLE_RETRIES
+                        and await self.credentials.rejected(used)):
+                    reauthenticated = True  # an exec plugin's token refused (revoked, expired early): once more
                     continue
                 if response.status >= 400:
                     raise ApiError(response.status, payload, method, path)
@@ -285,11 +329,17 @@ class KubeClient:
         if label_selector:
             params["labelSelector"] = label_selector
         self.requests += 1
+        used = await self.credentials.authenticate()
         async with self._session.get(
             self.credentials.server + collection_path(api_version, plural, namespace), params=params,
             headers=self._headers(), timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=None),
+            **self.credentials.transport(),
         ) as response:
+            if self.on_response is not None:
+                self.on_response("WATCH", collection_path(api_version, plural, namespace), response.status)
             if response.status >= 400:
+                if response.status == 401:
+                    await self.credentials.rejected(used)  # the watch started again carries a new credential
                 raise ApiError(response.status, await response.text(), "WATCH", plural)
             buffer = b""
             async for chunk in response.content.iter_any():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -21,12 +22,14 @@ from tfop.core.context import Context, Observed
 from tfop.core.outcomes import FailedWrite, blocking, conclude, needs_retry
 from tfop.core.reconcile import reconcile
 from tfop.core.settings import Settings
+from tfop.core.transitions import transitions
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import trim_job
 from tfop.runtime.apply import Applier
-from tfop.runtime.informer import Informer, newer
+from tfop.runtime.informer import Informer, newer, owner_key
 from tfop.runtime.jobs import JobKey, JobRecord
+from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
 from tfop.runtime.supervisor import first_of, stop_all
 from tfop.runtime.workqueue import WorkQueue
@@ -36,10 +39,6 @@ log = logging.getLogger("tfop.controller")
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # A job that has not finished is reconciled at least this often (an API call only if something changed).
 RESYNC_SECONDS = 30.0
-# A reconcile running longer is stuck (its requests time out after 30 s each): /healthz fails.
-STUCK_AFTER_SECONDS = 300.0
-# An informer that heard nothing (no listing, no event, no bookmark) for this long is hung: /healthz fails.
-SILENT_INFORMER_SECONDS = 600.0
 
 
 def _ignore(_key) -> None:
@@ -48,6 +47,17 @@ def _ignore(_key) -> None:
 
 def _no_key(_obj) -> None:
     return None  # TFJob events go to job_event (on_event), not to a job's key
+
+
+def passed(metrics: Metrics, key: JobKey, outcome: str, took: float) -> None:
+    """Count and time a pass; a log line (with the job's fields for JSON logs) when it wrote or failed."""
+    metrics.reconcile_seconds.labels(outcome).observe(took)
+    if outcome in ("error", "retry"):
+        metrics.reconcile_errors.inc()
+    level = logging.DEBUG if outcome in ("skipped", "unchanged") else logging.INFO
+    log.log(level, "reconciled %s/%s: %s in %.0f ms", key[0], key[1], outcome, took * 1000,
+            extra={"job_namespace": key[0], "job_name": key[1], "outcome": outcome,
+                   "duration_ms": round(took * 1000, 1)})
 
 
 class RetryLater(Exception):
@@ -61,12 +71,15 @@ class RetryLater(Exception):
 
 class Controller:
     def __init__(self, settings: Settings, client: KubeClient, backend: GangBackend | None,
-                 templates: Templates | None = None):
+                 templates: Templates | None = None, metrics: Metrics | None = None):
         self.settings, self.client, self.backend = settings, client, backend
+        self.metrics = metrics or Metrics()
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, JobRecord] = {}
         # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
-        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests)
+        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests,
+                               on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
+        self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
         self.synced = asyncio.Event()
         self.watches: dict[str, asyncio.Task] = {}
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
@@ -89,8 +102,10 @@ class Controller:
             return
         resource = self.backend.group_resource
         if resource is not None:
+            # Every group of the namespaces, not only labelled ones: the upstream operator's carry no label,
+            # and a job it started must find its group when tfop takes over.
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   selector, self.queue.add, keep_spec=True)
+                                   None, self.queue.add, keep_spec=True, key_of=owner_key)
             self.informers.append(self.groups)
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", [None],
                                    None, self._priority_changed, key_of=lambda obj: None)
@@ -101,7 +116,8 @@ class Controller:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED":
-            self.jobs.pop(key, None)
+            if self.jobs.pop(key, None) is not None:
+                self.metrics.job_deleted(key[0])
             self.queue.forget(key)
             return
         record = self.jobs.get(key)
@@ -159,31 +175,11 @@ class Controller:
                 await first_of(leading.wait(), self.watches)
             await first_of(self.decide_pods_before_admission(), self.watches)
             log.info("reconciling")
+            self.metrics.leader.set(1)
             await first_of(self.queue.run(), self.watches)
         finally:
+            self.metrics.leader.set(0)
             await stop_all(self.watches.values())
-
-    def liveness_checks(self) -> dict:
-        """For /healthz: every informer still running, no reconcile stuck (each request times out in 30 s)."""
-        def informers() -> str | None:
-            stopped = [name for name, task in self.watches.items() if task.done()]
-            if stopped:
-                return f"stopped: {', '.join(stopped)}"
-            # A watch ends within 320 s and the apiserver sends bookmarks: silence this long is a hang.
-            silent = [f"{i.plural} for {i.clock() - i.last_contact:.0f}s" for i in self.informers
-                      if i.clock() - i.last_contact > SILENT_INFORMER_SECONDS]
-            return f"no answer from the apiserver: {', '.join(silent)}" if silent else None
-
-        def workers() -> str | None:
-            longest = self.queue.longest_running()
-            if longest is not None and longest[1] > STUCK_AFTER_SECONDS:
-                return f"the reconcile of {longest[0][0]}/{longest[0][1]} has run for {longest[1]:.0f}s"
-            return None
-        return {"informers": informers, "workers": workers}
-
-    def readiness_checks(self) -> dict:
-        """For /readyz: caches synced (a standby then is ready to lead at once)."""
-        return {"caches": lambda: None if self.synced.is_set() else "caches not synced yet"}
 
     # -- one pass -----------------------------------------------------------------
     def observe(self, key: JobKey, record: JobRecord) -> Observed:
@@ -196,12 +192,26 @@ class Controller:
                         vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at)
 
     async def reconcile(self, key: JobKey) -> None:
+        """One pass, timed and counted; one log line when it wrote something or failed."""
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            outcome = await self._pass(key)
+        except RetryLater:
+            outcome = "retry"
+            raise
+        finally:
+            passed(self.metrics, key, outcome, time.monotonic() - started)
+
+    async def _pass(self, key: JobKey) -> str:
+        """What the pass did: skipped (not ours, or going), unchanged, or applied."""
         record = self.jobs.get(key)
         if record is None or record.body["metadata"].get("deletionTimestamp"):
-            return
+            return "skipped"
         managed_by = ((record.body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
         if managed_by not in OUR_MANAGERS:
-            return
+            return "skipped"
+        before = record.status()
         normalized = normalize(record.with_status())
         now = datetime.now(timezone.utc)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
@@ -224,11 +234,16 @@ class Controller:
             await self.call(self.client.delete, TFJOB_API, PLURAL, meta["namespace"], meta["name"], "Background")
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after + 0.05)
+        after = plan.status if plan.status is not None else before  # None: the status did not change
+        self.metrics.job_changed(key[0], transitions(before, after, record.body["metadata"].get(
+            "creationTimestamp"), now), self.backend.name if self.backend else None)
         if retry:
             raise RetryLater(retry)
         if not conditions.is_finished(record.status().get("conditions") or []):
             # Level-triggered safety net: a running job is looked at again even if an event was lost.
             self.queue.add_after(key, RESYNC_SECONDS * (1 + 0.1 * random.random()))
+        wrote = plan.create or plan.delete or plan.patch or plan.events or plan.create_group or plan.status
+        return "applied" if wrote else "unchanged"
 
     def _wait_for_admission(self) -> None:
         if self.ctx.pods_before_admission:

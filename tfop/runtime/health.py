@@ -1,4 +1,4 @@
-"""The probe endpoints: /healthz (alive and making progress) and /readyz (caches synced, able to lead).
+"""The HTTP endpoints: /healthz (alive and making progress), /readyz (caches synced, able to lead), /metrics.
 
 Each is a list of named checks; a check returns None when fine or a short reason when not, and
 the endpoint answers 200 "ok" or 500 with one line per failing check, so `kubectl describe pod`
@@ -38,25 +38,41 @@ def verdict(checks: dict[str, Check]) -> tuple[int, str]:
     return (500, "\n".join(failing) + "\n") if failing else (200, "ok\n")
 
 
-class HealthServer:
-    def __init__(self, address: tuple[str, int], liveness: dict[str, Check], readiness: dict[str, Check]):
-        self.address, self.liveness, self.readiness = address, liveness, readiness
-        self._runner: web.AppRunner | None = None
+def checks_handler(checks: dict[str, Check]):
+    async def handle(_request: web.Request) -> web.Response:
+        status, text = verdict(checks)
+        return web.Response(status=status, text=text)
+    return handle
 
-    def _handler(self, checks: dict[str, Check]):
-        async def handle(_request: web.Request) -> web.Response:
-            status, text = verdict(checks)
-            return web.Response(status=status, text=text)
-        return handle
+
+def probe_routes(liveness: dict[str, Check], readiness: dict[str, Check]) -> dict:
+    return {"/healthz": checks_handler(liveness), "/readyz": checks_handler(readiness)}
+
+
+def metrics_routes(registry) -> dict:
+    """/metrics in Prometheus' text format, rendered on the event loop (no thread reads our state)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    async def handle(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return {"/metrics": handle}
+
+
+class HttpServer:
+    """A few GET routes on one address, served by aiohttp on the operator's event loop."""
+
+    def __init__(self, address: tuple[str, int], routes: dict):
+        self.address, self.routes = address, routes
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_get("/healthz", self._handler(self.liveness))
-        app.router.add_get("/readyz", self._handler(self.readiness))
+        for path, handler in self.routes.items():
+            app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, *self.address).start()
-        log.info("probes on http://%s:%d/healthz and /readyz", *self.address)
+        log.info("serving %s on %s:%d", " ".join(self.routes), *self.address)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -22,7 +22,7 @@ from collections import deque
 from functools import partial
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from tfop.api.constants import LABEL_JOB
+from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.trim import trim_child
 from tfop.runtime.jobs import JobKey
@@ -79,6 +79,20 @@ def default_key(obj: Mapping[str, Any]) -> JobKey | None:
     meta = obj["metadata"]
     job = (meta.get("labels") or {}).get(LABEL_JOB)
     return (meta.get("namespace", ""), job) if job else None
+
+
+def owner_key(obj: Mapping[str, Any]) -> JobKey | None:
+    """By the job-name label tfop stamps, else by the controlling TFJob: the upstream operator creates
+    its PodGroups without any label, and a job it started must still find its group under tfop."""
+    key = default_key(obj)
+    if key is not None:
+        return key
+    meta = obj["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        owner_api = str(ref.get("apiVersion", ""))
+        if ref.get("controller") and ref.get("kind") == KIND and owner_api.startswith(f"{GROUP}/"):
+            return (meta.get("namespace", ""), ref.get("name"))
+    return None
 
 
 class Tombstone(NamedTuple):

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.kubeconfig import ConfigError
 from tfop.runtime import lease
 from tfop.runtime.lease import LEASE_API, LEASE_PLURAL, LeaseRecord, LeaseTiming
 
@@ -75,7 +76,7 @@ class LeaderElector:
             if err.status != 409:  # 409: another replica wrote first; its record is read next time
                 log.warning("Lease %s/%s: %s", self.namespace, self.name, err)
             return False
-        except (OSError, asyncio.TimeoutError) as err:
+        except (OSError, asyncio.TimeoutError, ConfigError) as err:  # ConfigError: an exec plugin failed
             log.warning("Lease %s/%s: %s: %s", self.namespace, self.name, type(err).__name__, err)
             return False
         if outcome is None:

@@ -21,10 +21,12 @@ from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, Credentials, KubeClient
 from tfop.kube.kubeconfig import StartupError
 from tfop.runtime.controller import Controller
-from tfop.runtime.health import HealthServer, parse_bind_address
+from tfop.runtime import probes
+from tfop.runtime.health import HttpServer, metrics_routes, parse_bind_address, probe_routes
 from tfop.runtime.leader import LeaderElector
 from tfop.runtime.lease import LeaseTiming
 from tfop.runtime.loop_monitor import LoopMonitor
+from tfop.runtime.metrics import Metrics
 from tfop.runtime.supervisor import first_of, stop_all
 
 LEASE_NAME = "tfop"
@@ -187,10 +189,13 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
                                  settings.leader_elect_retry_period)
             elector = LeaderElector(client, lease_namespace(settings), LEASE_NAME, identity, timing)
             client.write_gate = elector.may_write  # only the leader writes, from start to end
+        metrics = Metrics()
+        client.on_response = metrics.api_response
         backend = await start_up(settings, client)
-        operator = Operator(settings, client, Controller(settings, client, backend), elector)
+        operator = Operator(settings, client, Controller(settings, client, backend, metrics=metrics), elector)
         registry = build_registry(credentials, operator.stop)
-        probes = await start_probes(settings, operator)
+        servers = [await serve(settings.health_probe_bind_address, "the probes", probe_checks(operator)),
+                   await serve(settings.metrics_bind_address, "the metrics", metrics_routes(metrics.registry))]
         operator.start_tasks()
         try:
             await first_of(kopf.operator(registry=registry, standalone=True, liveness_endpoint=None,
@@ -199,23 +204,26 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
                            operator.vital, operator.stopping)
         finally:
             await operator.stop()
-            if probes is not None:
-                await probes.stop()
+            for server in servers:
+                if server is not None:
+                    await server.stop()
 
 
-async def start_probes(settings: Settings, operator: Operator) -> HealthServer | None:
-    address = parse_bind_address(settings.health_probe_bind_address)
+async def serve(address_flag: str, what: str, routes: dict) -> HttpServer | None:
+    address = parse_bind_address(address_flag)
     if address is None:
         return None
-    controller = operator.controller
-
-    def vital() -> str | None:
-        ended = [name for name, task in operator.vital.items() if task.done()]
-        return f"stopped: {', '.join(ended)}" if ended and not operator.stopping.is_set() else None
-    server = HealthServer(address, liveness={"tasks": vital, **controller.liveness_checks()},
-                          readiness=controller.readiness_checks())
+    server = HttpServer(address, routes)
     try:
         await server.start()
     except OSError as err:
-        raise StartupError(f"cannot serve the probes on {settings.health_probe_bind_address}: {err}") from None
+        raise StartupError(f"cannot serve {what} on {address_flag}: {err}") from None
     return server
+
+
+def probe_checks(operator: Operator) -> dict:
+    def vital() -> str | None:
+        ended = [name for name, task in operator.vital.items() if task.done()]
+        return f"stopped: {', '.join(ended)}" if ended and not operator.stopping.is_set() else None
+    return probe_routes({"tasks": vital, **probes.liveness_checks(operator.controller)},
+                        probes.readiness_checks(operator.controller))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable, Hashable
 
 log = logging.getLogger("tfop.queue")
@@ -16,11 +17,14 @@ log = logging.getLogger("tfop.queue")
 
 class WorkQueue:
     def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
-                 max_backoff: float = 60.0):
+                 max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
+                 on_retry: Callable[[], None] | None = None):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
+        self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
+        self._added: dict = {}  # key -> monotonic time it was queued
         self._queue: asyncio.Queue = asyncio.Queue()
         self._pending: set = set()
-        self._running: dict = {}  # key -> loop time its reconcile started (to tell a stuck worker)
+        self._running: dict = {}  # key -> monotonic time its reconcile started (to tell a stuck worker)
         self._dirty: set = set()
         self._failures: dict = {}
         self._timers: dict = {}
@@ -32,6 +36,7 @@ class WorkQueue:
             self._dirty.add(key)
         elif key not in self._pending:
             self._pending.add(key)
+            self._added[key] = time.monotonic()
             self.idle.clear()
             self._queue.put_nowait(key)
 
@@ -61,7 +66,7 @@ class WorkQueue:
         if not self._running:
             return None
         key, started = min(self._running.items(), key=lambda item: item[1])
-        return key, asyncio.get_running_loop().time() - started
+        return key, time.monotonic() - started
 
     @property
     def depth(self) -> int:
@@ -74,7 +79,10 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._pending.discard(key)
-            self._running[key] = asyncio.get_running_loop().time()
+            started = self._running[key] = time.monotonic()
+            queued = self._added.pop(key, started)
+            if self.on_wait is not None:
+                self.on_wait(started - queued)
             try:
                 await self.handler(key)
                 self._failures.pop(key, None)
@@ -84,6 +92,8 @@ class WorkQueue:
                 count = self._failures.get(key, 0) + 1
                 self._failures[key] = count
                 delay = min(self.max_backoff, 0.5 * 2 ** count)
+                if self.on_retry is not None:
+                    self.on_retry()
                 log.exception("reconcile of %s failed (attempt %d), retrying in %.1fs", key, count, delay)
                 self.add_after(key, delay)
             finally:

@@ -10,6 +10,7 @@ import sys
 import click
 import yaml
 
+from tfop import __version__
 from tfop.api.rules import MAX_JOB_REPLICAS
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB, Settings
 from tfop.gang.registry import backend_from_flags, gang_enabled
@@ -17,6 +18,7 @@ from tfop.tools.gang_flags import gang_options  # shared with `tfop manifests`: 
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="tfop", message="%(prog)s %(version)s")
 def cli() -> None:
     """tfop: a Kubernetes operator for Kubeflow TFJobs, with gang scheduling."""
 
@@ -50,39 +52,39 @@ def cli() -> None:
               help="seconds between tries to acquire or renew.")
 @click.option("--leader-elect-namespace", default="",
               help="namespace of the Lease (default: the operator's own, else kubeflow).")
+@click.option("--metrics-bind-address", default=":8080", show_default=True,
+              help="address of /metrics (Prometheus); 0 turns it off.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object per line, with the job's namespace and name, the outcome and duration.")
 @click.option("-v", "--verbose", is_flag=True)
-def run(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespaces, all_namespaces, cluster_domain,
-        gang_restart, pods_before_admission, max_concurrent_requests, max_pods_per_job, kubeconfig,
-        health_probe_bind_address, leader_elect, leader_elect_lease_duration, leader_elect_renew_deadline,
-        leader_elect_retry_period, leader_elect_namespace, verbose) -> None:
+def run(kubeconfig, log_format, verbose, **options) -> None:
     """Run the operator against the current cluster."""
+    from tfop.tools.logs import configure
+
+    settings = _run_settings(**options)
+    configure(log_format, verbose)
+    _run_operator(settings, kubeconfig)
+
+
+def _run_settings(enable_gang_scheduling, gang_scheduler_name, namespaces, all_namespaces, **options) -> Settings:
+    """`tfop run`'s options, checked, as the one Settings object."""
     from tfop.runtime.health import parse_bind_address
     from tfop.runtime.lease import LeaseTiming
 
     if all_namespaces and namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
-    problem = LeaseTiming(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period).problem()
+    problem = LeaseTiming(options["leader_elect_lease_duration"], options["leader_elect_renew_deadline"],
+                          options["leader_elect_retry_period"]).problem()
     if problem:
         raise click.UsageError(problem)
-    try:
-        parse_bind_address(health_probe_bind_address)
-    except ValueError as err:
-        raise click.UsageError(f"--health-probe-bind-address: {err}")
-    settings = Settings(
-        enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
-        gang_scheduler_name=gang_scheduler_name, scheduler_name=scheduler_name,
-        namespaces=tuple(namespaces), cluster_domain=cluster_domain, gang_restart=gang_restart,
-        max_concurrent_requests=max_concurrent_requests, pods_before_admission_mode=pods_before_admission,
-        max_pods_per_job=max_pods_per_job, health_probe_bind_address=health_probe_bind_address,
-        leader_elect=leader_elect, leader_elect_lease_duration=leader_elect_lease_duration,
-        leader_elect_renew_deadline=leader_elect_renew_deadline, leader_elect_retry_period=leader_elect_retry_period,
-        leader_elect_namespace=leader_elect_namespace,
-    )
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not verbose:
-        logging.getLogger("kopf").setLevel(logging.WARNING)
-    _run_operator(settings, kubeconfig)
+    for flag in ("health_probe_bind_address", "metrics_bind_address"):
+        try:
+            parse_bind_address(options[flag])
+        except ValueError as err:
+            raise click.UsageError(f"--{flag.replace('_', '-')}: {err}")
+    return Settings(enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
+                    gang_scheduler_name=gang_scheduler_name, namespaces=tuple(namespaces),
+                    pods_before_admission_mode=options.pop("pods_before_admission"), **options)
 
 
 def _run_operator(settings: Settings, kubeconfig: str | None) -> None:

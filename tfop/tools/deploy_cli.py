@@ -47,10 +47,20 @@ def _sa(value: str | None) -> tuple[str, str] | None:
 
 @click.command("manifests")
 @gang_options
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+              help="Namespace of the operator (its Deployment, ServiceAccount and Lease); it must exist "
+                   "unless --create-namespace.")
+@click.option("--create-namespace", is_flag=True,
+              help="Also print the Namespace object. Off by default: `kubeflow` is usually shared by all of "
+                   "Kubeflow, and `kubectl delete -f` of this output would delete it with everything in it.")
+@click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NS",
+              help="Watch only this namespace (repeatable), with a Role there instead of cluster-wide "
+                   "rights; the ClusterRole keeps only the gang backend's cluster-scoped reads. "
+                   "Default: every namespace.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True)
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image, output):
+def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, create_namespace,
+                  watch_namespaces, image, output):
     """Print everything the operator needs (CRD, RBAC, Deployment) in apply order.
 
     With gang scheduling, the ClusterRole also grants the backend's rules.
@@ -58,13 +68,14 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
     \b
     Apply server-side: the TFJob CRD is too big for client-side apply's
     last-applied annotation (256 KiB):
+      kubectl create namespace kubeflow
       tfop manifests | kubectl apply --server-side -f -
     """
     from tfop.tools.manifests import deploy_objects, dump
 
     try:
-        objs = deploy_objects(enable_gang_scheduling, gang_scheduler_name, scheduler_name,
-                              namespace, image)
+        objs = deploy_objects(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image,
+                              create_namespace=create_namespace, watch_namespaces=watch_namespaces)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     click.echo(dump(objs, output), nl=False)

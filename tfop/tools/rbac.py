@@ -70,6 +70,29 @@ def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
     return ({"apiGroups": [CRD_API], "resources": ["customresourcedefinitions"], "verbs": verbs},) if verbs else ()
 
 
+# Resources without a namespace: a Role cannot grant them, so even an operator watching only some
+# namespaces keeps these rules in a ClusterRole. Every other rule here (TFJobs, pods, services,
+# events, a backend's group objects) is namespaced and goes to a Role per watched namespace.
+CLUSTER_SCOPED: frozenset[tuple[str, str]] = frozenset({
+    ("scheduling.k8s.io", "priorityclasses"), (CRD_API, "customresourcedefinitions")})
+
+
+def is_cluster_scoped(rule: Mapping[str, Any]) -> bool:
+    """Whether a rule grants cluster-scoped resources; a rule mixing both scopes is a ValueError
+    (it could be put in neither kind of role whole)."""
+    pairs = {(g, r) for g in rule.get("apiGroups", []) for r in rule.get("resources", [])}
+    cluster = pairs & CLUSTER_SCOPED
+    if cluster and cluster != pairs:
+        raise ValueError(f"rule mixes cluster-scoped and namespaced resources: {dict(rule)}")
+    return bool(cluster)
+
+
+def split_by_scope(rules: Iterable[Mapping[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """(namespaced rules, cluster-scoped rules), each in the order given."""
+    rules = [dict(r) for r in rules]
+    return [r for r in rules if not is_cluster_scoped(r)], [r for r in rules if is_cluster_scoped(r)]
+
+
 def canonical_rule(rule: Mapping[str, Any]) -> dict:
     """A rule as plain lists with sorted verbs, so equal rules compare equal."""
     out: dict[str, Any] = {
@@ -134,6 +157,29 @@ def cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = NAME,
             "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": service_account_name,
                           "namespace": namespace}]}
+
+
+def role(rules: list[dict], namespace: str, name: str = NAME) -> dict:
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": "Role", "metadata": _meta(name, namespace), "rules": rules}
+
+
+def role_binding(namespace: str, operator_namespace: str = DEFAULT_NAMESPACE, name: str = NAME,
+                 role_name: str = NAME, service_account_name: str = NAME) -> dict:
+    return {"apiVersion": f"{RBAC_API}/v1", "kind": "RoleBinding", "metadata": _meta(name, namespace),
+            "roleRef": {"apiGroup": RBAC_API, "kind": "Role", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account_name,
+                          "namespace": operator_namespace}]}
+
+
+def namespaced_role_objects(watch: Iterable[str], backend: GangBackend | None = None,
+                            operator_namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
+    """A Role and RoleBinding `tfop` in each watched namespace, holding the namespaced part of
+    operator_rules(backend): what an operator started with `--namespace` for each needs there."""
+    rules, _cluster = split_by_scope(operator_rules(backend))
+    objs: list[dict] = []
+    for namespace in watch:
+        objs += [role(rules, namespace), role_binding(namespace, operator_namespace)]
+    return objs
 
 
 def leader_election_objects(namespace: str = DEFAULT_NAMESPACE) -> list[dict]:

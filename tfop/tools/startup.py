@@ -30,7 +30,7 @@ def one_line(err: BaseException) -> str:
 def check_credentials(kubeconfig: str | None, context: str | None, environ: Mapping[str, str]) -> None:
     """ConfigError (one line) when the credentials cannot work; the checks keep nothing.
 
-    What only the official loader reads (exec plugins, merged KUBECONFIG lists)
+    What only the official loader reads (auth providers, merged KUBECONFIG lists)
     passes here and is judged by that loader.
     """
     if kubeconfig and os.pathsep in kubeconfig:  # a KUBECONFIG list, merged by the official loader
@@ -50,7 +50,7 @@ def operator_credentials(kubeconfig: str | None, environ: Mapping[str, str] = os
         return Credentials.load(kubeconfig)
     except StartupError:
         raise
-    except Exception as err:  # the official loader's own failures (exec plugins, merged lists)
+    except Exception as err:  # the official loader's own failures (auth providers, merged lists)
         where = f" from {kubeconfig}" if kubeconfig else ""
         raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {one_line(err)}") from None
 

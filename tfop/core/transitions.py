@@ -1,0 +1,53 @@
+"""What a pass changed in a job's life, for the metrics: read from the status before and after it.
+
+Counted on transitions, not on events, so an operator restart (which reads every job again)
+counts nothing twice, and a pass that writes nothing new counts nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from tfop.api import conditions
+from tfop.api.conditions import CREATED, FAILED, SUCCEEDED
+
+
+@dataclass(frozen=True)
+class Transitions:
+    created: bool = False
+    succeeded: bool = False
+    failed: bool = False
+    restarts: int = 0  # members (or whole gangs) restarted in this pass
+    gang_waited: float | None = None  # seconds a gang waited, when all its members just started
+
+
+def _became_true(old: Mapping[str, Any], new: Mapping[str, Any], ctype: str) -> bool:
+    return (conditions.is_true(list(new.get("conditions") or []), ctype)
+            and not conditions.is_true(list(old.get("conditions") or []), ctype))
+
+
+def _parse(stamp: Any) -> datetime | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def gang_waited(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None, now: datetime) -> float | None:
+    """status.gang carries a `reason` while members are missing; its end is the gang starting."""
+    old_gang, new_gang = old.get("gang") or {}, new.get("gang") or {}
+    if not new_gang or "reason" in new_gang or (old_gang and "reason" not in old_gang):
+        return None
+    began = _parse(old_gang.get("since")) or _parse(created)
+    return max(0.0, (now - began).total_seconds()) if began else None
+
+
+def transitions(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None, now: datetime) -> Transitions:
+    """`old` and `new`: the job's status before and after a pass; `created`: its creationTimestamp."""
+    restarts = int(new.get("restartCount") or 0) - int(old.get("restartCount") or 0)
+    return Transitions(created=_became_true(old, new, CREATED), succeeded=_became_true(old, new, SUCCEEDED),
+                       failed=_became_true(old, new, FAILED), restarts=max(0, restarts),
+                       gang_waited=gang_waited(old, new, created, now))
