@@ -286,8 +286,10 @@ class Cluster:
         if name == "etcd" and self.alive_components().get("kube-apiserver"):
             self._wait_healthy("kube-apiserver", timeout)
         if kwok_nodes:
-            self._wait("kwok leasing its nodes again", lambda: set(kwok_nodes) <= {l["metadata"]["name"] for l in json.loads(
-                self.kubectl("get", "leases", "-n", "kube-node-lease", "-o", "json").stdout)["items"]}, timeout, name)
+            def leased() -> bool:
+                leases = json.loads(self.kubectl("get", "leases", "-n", "kube-node-lease", "-o", "json").stdout)
+                return set(kwok_nodes) <= {lease["metadata"]["name"] for lease in leases["items"]}
+            self._wait("kwok leasing its nodes again", leased, timeout, name)
         return self.state["pids"][name]
 
     def _release_kwok_nodes(self) -> list[str]:
@@ -425,7 +427,10 @@ class Cluster:
             "--audit-policy-file", d / "audit-policy.yaml", "--audit-log-path", d / AUDIT_LOG,
             "--audit-log-format", "json", "--audit-log-mode", "blocking",  # written before the answer
             "--audit-log-maxsize", "100000",  # MB; never rotated (default 100): readers keep byte offsets
-            "--enable-priority-and-fairness=false", "--profiling=false", "--shutdown-send-retry-after=true"], health=f"{server}/readyz", admin=True)
+            "--enable-priority-and-fairness=false", "--profiling=false",
+            # On SIGTERM: new requests answered 429 until those in flight are done, then out in
+            # about 2 s (otherwise open watches hold the HTTP server's shutdown for 60 s).
+            "--shutdown-send-retry-after=true"], health=f"{server}/readyz", admin=True)
         self._wait_healthy("kube-apiserver", timeout)
 
         def comp_kc(name: str) -> Path:

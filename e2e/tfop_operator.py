@@ -26,7 +26,8 @@ def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
     """Apply CRDs and RBAC (not the Deployment: the operator runs here as a process)."""
     from tfop.tools.manifests import deploy_objects
 
-    objects = deploy_objects(enable_gang=bool(gang_scheduler_name), gang_scheduler_name=gang_scheduler_name)
+    objects = deploy_objects(enable_gang=bool(gang_scheduler_name), gang_scheduler_name=gang_scheduler_name,
+                             create_namespace=True)  # a fresh cluster has no kubeflow namespace yet
     objects = [o for o in objects if o["kind"] != "Deployment"]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     input=yaml.safe_dump_all(objects))

@@ -191,7 +191,8 @@ def _helm_args(options: dict) -> list[str]:
     """`helm template` flags for deploy_objects() options."""
     args = ["--namespace", options.get("namespace", "kubeflow")]
     sets = {"enable_gang": "gang.enabled", "gang_scheduler_name": "gang.schedulerName",
-            "scheduler_name": "schedulerName", "create_namespace": "createNamespace"}
+            "scheduler_name": "schedulerName", "create_namespace": "createNamespace",
+            "pod_monitor": "podMonitor.enabled"}
     for option, value in options.items():
         if option in sets:
             args += ["--set", f"{sets[option]}={str(value).lower() if isinstance(value, bool) else value}"]
@@ -211,6 +212,7 @@ HELM_ONLY = {  # variants no overlay stands for
     "namespaced-gang": {"watch_namespaces": ("team-a", "team-b", "team-a"), "gang_scheduler_name": "volcano"},
     "namespaced-no-crd-rules": {"watch_namespaces": ("team-a",), "gang_scheduler_name": "coscheduling"},
     "elsewhere": {"namespace": "ml", "image": "registry.example/tfop:1.10", "create_namespace": True},
+    "pod-monitor": {"pod_monitor": True},
 }
 HELM_CASES = {**{name: dict(o.options) for name, o in kustomize.overlays().items()}, **HELM_ONLY}
 
@@ -240,7 +242,7 @@ def test_chart_lints(helm):
 @pytest.mark.parametrize("sets,message", [
     (["gang.schedulerName=auto"], "gang.schedulerName=auto"),
     (["leaderElection.enabled=false"], "replicas > 1 needs leaderElection.enabled"),
-    (["podMonitor.enabled=true"], "podMonitor.enabled needs metrics.enabled"),
+    (["podMonitor.enabled=true", "metrics.enabled=false"], "podMonitor.enabled needs metrics.enabled"),
     (["gang.enable=true"], "additional properties 'enable' not allowed"),
     (["watchNamespaces={Team_A}"], "does not match pattern"),
     (["replicas=0"], "minimum"),
@@ -254,7 +256,7 @@ def test_chart_refuses(helm, sets, message):
 def test_chart_values_beyond_tfop_manifests(helm):
     """Values `tfop manifests` has no flag for: each changes only its own field, and the result stays strict-valid."""
     objs, _crds = _objects(_template(
-        helm, "--namespace", "kubeflow", "--set", "replicas=3,metrics.enabled=true,priorityClassName=high",
+        helm, "--namespace", "kubeflow", "--set", "replicas=3,metrics.port=9090,priorityClassName=high",
         "--set", "nodeSelector.pool=ops,tolerations[0].key=ops,tolerations[0].operator=Exists",
         "--set", "imagePullSecrets[0].name=pull,resources.limits.memory=1Gi,image.pullPolicy=Always"))
     want = _want({})
@@ -263,8 +265,8 @@ def test_chart_values_beyond_tfop_manifests(helm):
     pod = dep["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert dep["spec"]["replicas"] == 3
-    assert container["ports"][1] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
-    assert "--metrics-bind-address" not in " ".join(container["args"])  # not passed until the operator has it
+    assert container["ports"][1] == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+    assert container["args"][-2:] == ["--metrics-bind-address", ":9090"]
     assert pod["nodeSelector"] == {"pool": "ops"} and pod["tolerations"] == [{"key": "ops", "operator": "Exists"}]
     assert pod["imagePullSecrets"] == [{"name": "pull"}] and pod["priorityClassName"] == "high"
     assert container["resources"]["limits"]["memory"] == "1Gi" and container["imagePullPolicy"] == "Always"
@@ -278,6 +280,13 @@ def test_chart_without_leader_election(helm):
     assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
     dep = next(o for o in objs if o["kind"] == "Deployment")
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == ["run", "--all-namespaces"]
+
+
+def test_chart_without_metrics(helm):
+    objs, _crds = _objects(_template(helm, "--set", "metrics.enabled=false"))
+    container = next(o for o in objs if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-2:] == ["--metrics-bind-address", "0"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
 
 
 def test_chart_pod_monitor(helm):

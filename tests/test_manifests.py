@@ -78,7 +78,7 @@ def test_deployment(variant, args):
     assert c["args"] == args and c["image"] == "r/tfop:1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["ports"][0]["containerPort"] == 8081
+    assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("health", 8081), ("metrics", 8080)]
     assert set(c["resources"]) == {"requests", "limits"}
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]

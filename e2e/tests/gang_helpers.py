@@ -385,7 +385,7 @@ class ScopedOperator(OperatorProcess):
             if (str(self.cluster.dir), self.account) in _deployed:
                 return
             objs = []
-            for o in deploy_objects(enable_gang=bool(self.gang), gang_scheduler_name=self.gang):
+            for o in deploy_objects(enable_gang=bool(self.gang), gang_scheduler_name=self.gang, create_namespace=True):
                 if o["kind"] == "Deployment":
                     continue
                 if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):

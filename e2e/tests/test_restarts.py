@@ -4,7 +4,9 @@ Three operators, each watching a namespace of its own (Volcano gangs, scheduler-
 no gang), get 12 jobs between them, submitted one after another by a thread that retries
 while the apiserver is away. The apiserver is restarted once the operators have begun creating
 the 4th job's children, etcd at the 8th's (`Cluster.stop_component`/`start_component`: SIGTERM,
-then the same command, ports and data dir). Then:
+then the same command, ports and data dir). While the apiserver starts again, another client
+creates a TFJob-owned child as soon as it can (EarlyClient), which makes the apiserver refuse
+such creates for about 30 s after its restart, every run. Then:
 
 - every job converges as its pods dictate: Running with all its pods Running, or Succeeded
   (pods that exit 0 through kwok's tfop-test-exit stage, some of them only after the restarts);
@@ -128,7 +130,8 @@ class EarlyClient(threading.Thread):
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "early-client"},
              "subjects": [{"kind": "ServiceAccount", "name": "early-client", "namespace": ns}]}])
         self.kubeconfig = cluster.service_account_kubeconfig(ns, "early-client")
-        owner = json.loads(cluster.kubectl("get", "tfjob", owner_job["metadata"]["name"], "-n", ns, "-o", "json").stdout)
+        owner = json.loads(cluster.kubectl("get", "tfjob", owner_job["metadata"]["name"], "-n", ns,
+                                           "-o", "json").stdout)
         self.service = {"apiVersion": "v1", "kind": "Service", "metadata": {
             "name": "early-client", "namespace": ns, "ownerReferences": [{
                 "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": owner["metadata"]["name"],
@@ -168,7 +171,8 @@ def converged(api: Api, job: dict) -> bool:
 def describe(api: Api, job: dict) -> str:
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     got = api.tfjob(ns, name) or {}
-    conds = [(c.get("type"), c.get("status"), c.get("reason")) for c in (got.get("status") or {}).get("conditions") or []]
+    conds = [(c.get("type"), c.get("status"), c.get("reason"))
+             for c in (got.get("status") or {}).get("conditions") or []]
     pods = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in api.pods(ns, name)}
     return f"{ns}/{name}: conditions {conds}, pods {pods}, gang {(got.get('status') or {}).get('gang')}"
 
@@ -187,7 +191,8 @@ def create_outcomes(entries: list[dict], namespaces: set[str]) -> dict[tuple, li
         if (e.get("verb") != "create" or ref.get("subresource") or key not in CHILD_RESOURCES
                 or ref.get("namespace") not in namespaces or "dryRun" in e.get("requestURI", "")):
             continue
-        out[(ref["namespace"], *key, ref.get("name") or NOT_READ)].append(int((e.get("responseStatus") or {}).get("code") or 0))
+        code = int((e.get("responseStatus") or {}).get("code") or 0)
+        out[(ref["namespace"], *key, ref.get("name") or NOT_READ)].append(code)
     return out
 
 

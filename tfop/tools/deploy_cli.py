@@ -58,9 +58,11 @@ def _sa(value: str | None) -> tuple[str, str] | None:
                    "rights; the ClusterRole keeps only the gang backend's cluster-scoped reads. "
                    "Default: every namespace.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True)
+@click.option("--pod-monitor", is_flag=True,
+              help="add a Prometheus Operator PodMonitor scraping the operator's /metrics (port 8080).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, create_namespace,
-                  watch_namespaces, image, output):
+                  watch_namespaces, image, pod_monitor, output):
     """Print everything the operator needs (CRD, RBAC, Deployment) in apply order.
 
     With gang scheduling, the ClusterRole also grants the backend's rules.
@@ -75,7 +77,8 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 
     try:
         objs = deploy_objects(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image,
-                              create_namespace=create_namespace, watch_namespaces=watch_namespaces)
+                              create_namespace=create_namespace, watch_namespaces=watch_namespaces,
+                              pod_monitor=pod_monitor)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     click.echo(dump(objs, output), nl=False)

@@ -20,8 +20,8 @@ from tfop.tools.operator_args import run_args
 
 # `kubectl apply -f` creates objects in file order; each kind needs the ones before it.
 KIND_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount",
-              "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment")
-TEMPLATES = ("namespace", "serviceaccount", "clusterrole", "clusterrolebinding", "deployment")
+              "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "PodMonitor")
+TEMPLATES = ("namespace", "serviceaccount", "clusterrole", "clusterrolebinding", "deployment", "podmonitor")
 UID = 65532  # matches the Dockerfile's USER
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -76,7 +76,7 @@ def watched(namespaces: Iterable[str]) -> tuple[str, ...]:
 def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = None,
                    scheduler_name: str | None = None, namespace: str = DEFAULT_NAMESPACE,
                    image: str = DEFAULT_IMAGE, include_crds: bool = True, create_namespace: bool = False,
-                   watch_namespaces: Sequence[str] = ()) -> list[dict]:
+                   watch_namespaces: Sequence[str] = (), pod_monitor: bool = False) -> list[dict]:
     """The objects to apply, in apply order: CRDs, the Namespace (only with create_namespace: it is
     usually shared by all of Kubeflow, and `kubectl delete` of this output must not remove it),
     ServiceAccount, ClusterRole and ClusterRoleBinding, Roles and RoleBindings, Deployment.
@@ -85,7 +85,8 @@ def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = 
     ClusterRole keeps only the cluster-scoped reads (the gang's PriorityClasses and CRDs), and is
     left out when there are none. A --gang-scheduler-name implies gang scheduling, as in `tfop
     run`. There is no cluster here, so `auto` is a ValueError: the roles must grant one backend's
-    rules, and which one is only known where the CRDs are.
+    rules, and which one is only known where the CRDs are. pod_monitor adds a Prometheus Operator
+    PodMonitor scraping the Deployment's `metrics` port.
     """
     backend, _why = backend_from_flags(enable_gang, gang_scheduler_name, scheduler_name)
     watch = watched(watch_namespaces)
@@ -101,11 +102,12 @@ def deploy_objects(enable_gang: bool = False, gang_scheduler_name: str | None = 
         "uid": UID,
         "selector": selector,
         "labels": {**rbac.LABELS, **selector},
+        "base_labels": rbac.LABELS,
         "rules": rules,
         "args": operator_args(enable_gang, gang_scheduler_name, scheduler_name, watch),
     }
     templates = [t for t in TEMPLATES if (t != "namespace" or create_namespace)
-                 and (rules or not t.startswith("clusterrole"))]
+                 and (rules or not t.startswith("clusterrole")) and (t != "podmonitor" or pod_monitor)]
     env = _env()
     objs: list[dict] = _crds() if include_crds else []
     for template in templates:

@@ -94,5 +94,8 @@ cluster: []
 {{- with .Values.schedulerName }}{{ $args = concat $args (list "--scheduler-name" .) }}{{ end -}}
 {{- range uniq .Values.watchNamespaces }}{{ $args = concat $args (list "--namespace" .) }}{{ else }}{{ $args = append $args "--all-namespaces" }}{{ end -}}
 {{- if .Values.leaderElection.enabled }}{{ $args = append $args "--leader-elect" }}{{ end -}}
+{{- if not .Values.metrics.enabled }}{{ $args = concat $args (list "--metrics-bind-address" "0") }}
+{{- else if ne (int .Values.metrics.port) 8080 }}{{ $args = concat $args (list "--metrics-bind-address" (printf ":%d" (int .Values.metrics.port))) }}
+{{- end -}}
 {{- toJson $args -}}
 {{- end }}
