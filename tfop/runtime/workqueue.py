@@ -15,6 +15,11 @@ from typing import Awaitable, Callable, Hashable
 log = logging.getLogger("tfop.queue")
 
 
+# Backoff doubles this many times at most (0.5 s x 2^20 is far past any max_backoff): a job failing
+# for days must not overflow a float.
+MAX_DOUBLINGS = 20
+
+
 class WorkQueue:
     def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
@@ -75,6 +80,15 @@ class WorkQueue:
     async def run(self) -> None:
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
+    def _retry_later(self, key: Hashable) -> None:
+        count = self._failures.get(key, 0) + 1
+        self._failures[key] = count
+        delay = min(self.max_backoff, 0.5 * 2 ** min(count, MAX_DOUBLINGS))
+        if self.on_retry is not None:
+            self.on_retry()
+        log.exception("reconcile of %s failed (attempt %d), retrying in %.1fs", key, count, delay)
+        self.add_after(key, delay)
+
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
@@ -83,23 +97,20 @@ class WorkQueue:
             queued = self._added.pop(key, started)
             if self.on_wait is not None:
                 self.on_wait(started - queued)
+            failed = False
             try:
                 await self.handler(key)
                 self._failures.pop(key, None)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - isolate the job, retry it later
-                count = self._failures.get(key, 0) + 1
-                self._failures[key] = count
-                delay = min(self.max_backoff, 0.5 * 2 ** count)
-                if self.on_retry is not None:
-                    self.on_retry()
-                log.exception("reconcile of %s failed (attempt %d), retrying in %.1fs", key, count, delay)
-                self.add_after(key, delay)
+                failed = True
+                self._retry_later(key)
             finally:
                 self._running.pop(key, None)
                 if key in self._dirty:
                     self._dirty.discard(key)
-                    self.add(key)
+                    if not failed:  # a failed pass waits out its backoff, whatever happened meanwhile
+                        self.add(key)
                 if not self._pending and not self._running:
                     self.idle.set()
