@@ -8,6 +8,7 @@ all built by e2e.build.
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
                              [--schedulers default,coscheduling,volcano,koordinator]
     python -m e2e.cluster status|down [--dir DIR]
+    python -m e2e.cluster restart --component NAME [--dir DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -671,7 +673,6 @@ class Cluster:
         rec = self.state["components"][name]
         # PR_SET_PDEATHSIG fires when the *thread* that forked exits: only the main thread's
         # children get it; others still die with the interpreter through the atexit hook.
-        import threading
         die_with_parent = (getattr(self, "_stop_on_exit", False)
                            and threading.current_thread() is threading.main_thread())
         log = open(self.logs / f"{name}.log", "ab")
@@ -830,7 +831,6 @@ _sigterm_installed = False
 def _install_sigterm_handler() -> None:
     """Turn SIGTERM into SystemExit so atexit handlers stop the cluster."""
     global _sigterm_installed
-    import threading
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -841,7 +841,8 @@ def _install_sigterm_handler() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("action", choices=["up", "down", "status", "restart"])
+    ap.add_argument("--component", help="restart: which (a name `status` lists)")
     ap.add_argument("--dir", default=None, help="state dir (default $TFOP_E2E_DIR or /tmp/tfop-e2e-UID)")
     ap.add_argument("--gpu-nodes", type=int, default=4)
     ap.add_argument("--gpus-per-node", type=int, default=1)
@@ -859,6 +860,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster up in {time.monotonic() - t0:.1f}s: {c.server}")
             print(f"logs: {c.logs}")
             print(f"kubeconfig: {c.kubeconfig}")
+        elif a.action == "restart":
+            c = Cluster.attach(d)
+            print(f"{a.component} restarted: pid {c.restart(a.component or '', timeout=a.timeout)}")
         elif a.action == "down":
             c = Cluster(d)
             c.down()

@@ -554,3 +554,23 @@ def test_a_job_its_pods_finished_gets_no_new_group_when_its_status_lagged(name):
                ctx=ctx(name))
     assert plan.create_group is None and plan.create == []
     assert last_condition(plan.status)["type"] == S.SUCCEEDED
+
+
+def test_a_refused_group_create_waits_out_the_blockers_backoff():
+    """Seen after an apiserver restart: the group's create was refused (403) and tried again in every
+    pass; like the pods' creates, it waits 2 s (doubling) after a blocked try."""
+    from datetime import timedelta
+
+    from core_fixtures import NOW
+    from tfop.core.outcomes import FailedWrite
+
+    refused = FailedWrite("create", "PodGroup", "tf-job", 403, 'podgroups.scheduling.volcano.sh "tf-job" is forbidden: '
+                          'User "system:serviceaccount:kubeflow:tfop" cannot create resource "podgroups"',
+                          "POST /apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups")
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    just_now = Observed(refusals=(refused,), refused_at=NOW - timedelta(seconds=0.5))
+    plan = run(job, just_now, ctx=ctx("volcano"))
+    assert plan.create_group is None and plan.create == []
+    assert plan.requeue_after == pytest.approx(1.5)
+    later = run(job, Observed(refusals=(refused,), refused_at=NOW - timedelta(seconds=3)), ctx=ctx("volcano"))
+    assert later.create_group is not None  # tried again once the wait is over

@@ -173,6 +173,13 @@ def test_cli_up_status_down_leaves_no_process(tmp_path):
         pids = json.loads((d / "state.json").read_text())["pids"]
         assert set(pids) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
         assert run("status").returncode == 0
+        restarted = run("restart", "--component", "kube-scheduler")  # a process of its own, attached
+        assert restarted.returncode == 0, restarted.stderr
+        new_pids = json.loads((d / "state.json").read_text())["pids"]
+        assert new_pids["kube-scheduler"] != pids["kube-scheduler"]
+        assert f"pid {new_pids['kube-scheduler']}" in restarted.stdout
+        assert run("status").returncode == 0  # it outlived the command that started it
+        pids = {**pids, "kube-scheduler (restarted)": new_pids["kube-scheduler"]}
     finally:
         down = run("down")
     assert down.returncode == 0, down.stderr

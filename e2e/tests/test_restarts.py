@@ -260,7 +260,7 @@ def test_jobs_converge_once_through_apiserver_and_etcd_restarts(cluster):
             assert times[0] < began and times[-1] > gone, (component, began, gone, times[0], times[-1])
         print(f"\nretries of the burst while the apiserver was away: {len(burst.retries)}; "
               f"create answers other than 201: {Counter(c for v in outcomes.values() for c in v if c != 201)}; "
-              f"most creates of one child: {max(len(v) for k, v in outcomes.items() if k[-1] != NOT_READ)}")
+              f"most creates of one child: {max((len(v), k) for k, v in outcomes.items() if k[-1] != NOT_READ)}")
     finally:
         for op in operators.values():
             op.stop()

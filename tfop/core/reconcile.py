@@ -54,7 +54,9 @@ def _run_active(draft: Draft, ctx: Context) -> bool:
     if not handle_failures(draft, ctx, shape):
         return False
     replicas.claim_children(draft, ctx)
-    if not check_blockers(draft):
+    if check_blockers(draft):
+        draft.plan.create_group = None  # the group's create waits out the same backoff as the pods'
+    else:
         replicas.ensure_services(draft, ctx)
         if state.admitted or ctx.pods_before_admission:
             replicas.create_missing_pods(draft, ctx, shape)
