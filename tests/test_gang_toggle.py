@@ -210,7 +210,7 @@ def test_apply_gang_on_real_cluster(request):
         assert rules == rbac.operator_rules(volcano)
         apply_gang(api, False, None, target)
         dep = client.AppsV1Api(api).read_namespaced_deployment("tfop", namespace)
-        assert dep.spec.template.spec.containers[0].args == OFF
+        assert dep.spec.template.spec.containers[0].args == OFF + ["--leader-elect"]  # the other flags stay
         rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]
         assert rules == rbac.operator_rules(None)
     finally:

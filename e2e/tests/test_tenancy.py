@@ -120,3 +120,34 @@ def test_the_refusals_are_told_apart_in_the_apiservers_own_words(cluster, env):
         assert classify(refusal(plain), Plan()) == NAMESPACE_TERMINATING
     finally:
         env.kubectl("patch", "configmap", "hold", "--type", "merge", "-p", '{"metadata":{"finalizers":null}}')
+
+
+def test_a_terminating_namespace_blocks_the_job_with_its_own_condition(cluster, env):
+    """The namespace is deleted while its job still has pods to create (a quota held them back). A
+    ValidatingAdmissionPolicy keeps the namespace controller from deleting the TFJob, as a slow
+    finalizer would, so the operator meets the apiserver's refusal through the job itself."""
+    name = f"hold-tfjobs-{env.ns}"
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name},
+              "spec": {"failurePolicy": "Fail", "validations": [{"expression": "false", "message": "held by the test"}],
+                       "matchConstraints": {"resourceRules": [{
+                           "apiGroups": ["kubeflow.org"], "apiVersions": ["*"], "operations": ["DELETE"],
+                           "resources": ["tfjobs"]}]}}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"], "matchResources": {
+                   "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.ns}}}}}
+    cluster.apply([policy, binding])
+    try:
+        env.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "none"},
+                   "spec": {"hard": {"pods": "0"}}})
+        env.apply(tfjob("late", {"Worker": replica(2)}))
+        env.wait_job("late", lambda j: (condition(j, "Blocked") or {}).get("reason") == "QuotaExceeded", "held by quota")
+        cluster.kubectl("delete", "namespace", env.ns, "--wait=false")
+        job = env.wait_job("late", lambda j: (condition(j, "Blocked") or {}).get("reason") == "NamespaceTerminating",
+                           "Blocked: the namespace is being deleted", timeout=90)
+        assert condition(job, "Blocked")["message"].startswith("the namespace is being deleted, so pod late-worker-"), \
+            condition(job, "Blocked")["message"]
+        assert not env.pods("late"), env.msg("late")
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, check=False)
