@@ -135,17 +135,29 @@ def is_write(entry: dict) -> bool:
             and "dryRun" not in entry.get("requestURI", ""))
 
 
-def created_names(entries: list[dict]) -> dict[tuple[str, str], int]:
-    """(resource, name) -> times created (answered 201) in these entries."""
+def created_names(entries: list[dict], code: int = 201) -> dict[tuple[str, str], int]:
+    """(resource, name) -> creates of children answered `code` in these entries (dry runs left out)."""
     counts: dict[tuple[str, str], int] = {}
     for e in entries:
         ref = e.get("objectRef") or {}
-        if e["verb"] == "create" and int((e.get("responseStatus") or {}).get("code") or 0) == 201 \
+        if e["verb"] == "create" and int((e.get("responseStatus") or {}).get("code") or 0) == code \
                 and "dryRun" not in e.get("requestURI", "") and ref.get("resource") in ("pods", "services",
                                                                                        "podgroups"):
             key = (ref["resource"], ref.get("name", "?"))
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def assert_each_created_once(entries: list[dict], expected: set[tuple[str, str]]) -> None:
+    """No child answered 201 twice, and each was created: answered 201, or 504 (the apiserver's own
+    timeout on a loaded machine: the write may be stored, and then a retry meets 409, never 201)."""
+    counts = created_names(entries)
+    twice = {k: n for k, n in counts.items() if n > 1}
+    assert not twice, f"created more than once: {twice}"
+    uncertain = set(created_names(entries, 504)) - set(counts)
+    missing = expected - set(counts) - uncertain
+    assert not missing and set(counts) <= expected, \
+        f"missing {sorted(missing)}, extra {sorted(set(counts) - expected)} (504s: {sorted(uncertain)})"
 
 
 def stamp(entry: dict) -> float:
@@ -154,12 +166,9 @@ def stamp(entry: dict) -> float:
 
 def assert_created_once(env: Env, since: int, ops, names: list[str]) -> None:
     entries = [e for op in ops for e in entries_of(env, since, op.credential)]
-    counts = created_names(entries)
-    twice = {k: n for k, n in counts.items() if n > 1}
-    assert not twice, f"created more than once: {twice}"
     expected = {("pods", f"{n}-worker-{i}") for n in names for i in range(2)} | \
         {("services", f"{n}-worker-{i}") for n in names for i in range(2)} | {("podgroups", n) for n in names}
-    assert set(counts) == expected, f"missing {sorted(expected - set(counts))}, extra {sorted(set(counts) - expected)}"
+    assert_each_created_once(entries, expected)
 
 
 def assert_never_two_writers(env: Env, since: int, first, second) -> None:
@@ -323,12 +332,9 @@ def test_sigkill_at_20_random_moments_every_job_converges_and_nothing_is_created
     for name in sorted(finishing):
         env.wait_condition(name, "Succeeded", timeout=90)
     entries = [e for c in credentials for e in entries_of(env, since, c)]
-    counts = created_names(entries)
-    twice = {k: n for k, n in counts.items() if n > 1}
-    assert not twice, f"created more than once across 20 crashes: {twice}"
     expected = {(kind, f"{n}-worker-{i}") for n in names for i in range(2) for kind in ("pods", "services")} | \
         {("podgroups", n) for n in names}
-    assert set(counts) == expected, f"missing {sorted(expected - set(counts))}"
+    assert_each_created_once(entries, expected)
 
 
 def crash_operator(env: Env, credentials: list[str]):
