@@ -1,4 +1,5 @@
-"""TFJob objects from the seed documents in <repo>/../shared/seeds.
+"""TFJob objects from the seed documents in <repo>/../shared/seeds (or beside the repository a
+fresh clone was made from).
 
 seed_jobs() returns (seed_id, job) pairs; seed_id is "<file number>-<n>", n
 counting the TFJobs within that file from 0 (e.g. "004-1"). TFJobs are taken
@@ -10,14 +11,39 @@ none is skipped or passes without them.
 """
 import os
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
 import yaml
 
 SEEDS_ENV = "TFOP_SEEDS_DIR"
-SEEDS_DIR = Path(os.environ.get(SEEDS_ENV)
-                 or Path(__file__).resolve().parents[1].parent / "shared" / "seeds")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _origin_checkout() -> Path | None:
+    """The local repository this checkout was cloned from (a fresh clone for CI sits elsewhere)."""
+    try:
+        url = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=REPO, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = Path(url[len("file://"):] if url.startswith("file://") else url)
+    return path if url and path.is_absolute() and path.is_dir() else None
+
+
+def _seeds_dir() -> Path:
+    """$TFOP_SEEDS_DIR, else shared/seeds beside this checkout, else beside the one it was cloned from."""
+    if os.environ.get(SEEDS_ENV):
+        return Path(os.environ[SEEDS_ENV])
+    beside = REPO.parent / "shared" / "seeds"
+    origin = _origin_checkout()
+    if beside.is_dir() or origin is None:
+        return beside
+    return origin.parent / "shared" / "seeds"
+
+
+SEEDS_DIR = _seeds_dir()
 
 
 class SeedsMissing(Exception):

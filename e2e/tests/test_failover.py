@@ -7,8 +7,6 @@ tells which replica made each request. Jobs are small gangs on Volcano.
 """
 from __future__ import annotations
 
-import base64
-import json
 import random
 import signal
 import sys
@@ -24,6 +22,7 @@ import yaml
 
 from e2e.cluster import free_port
 from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
+from e2e.tests.test_rbac_exact import CREDENTIAL_ID, credential_id
 from e2e.tests.lifecycle_helpers import operator as make_operator
 from tfop.tools import rbac
 
@@ -31,7 +30,6 @@ pytestmark = pytest.mark.cluster
 
 GANG = "volcano"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
-CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 LEASE = ("coordination.k8s.io", "leases")
 
 
@@ -43,15 +41,14 @@ def grant_lease_rights(env: Env) -> None:
     env.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
 
 
-def leader_operator(env: Env, kubeconfig: Path | None = None, probes: int | None = None):
-    """An operator with --leader-elect, started; `credential` names its token in the audit log."""
-    probe_args = ["--health-probe-bind-address", f"127.0.0.1:{probes}"] if probes else []
-    op = make_operator(env.cluster, [env.ns], gang_scheduler_name=GANG,
-                       extra_args=["--leader-elect", "--leader-elect-namespace", env.ns, *probe_args])
+def audited_operator(env: Env, extra_args: list[str], kubeconfig: Path | None = None):
+    """An operator, started; `credential` names its token in the audit log (tokens are made anew
+    at each start, so it is read when the args are)."""
+    op = make_operator(env.cluster, [env.ns], gang_scheduler_name=GANG, extra_args=extra_args)
     base = op.args
 
     def args() -> list[str]:
-        args = base()  # a fresh token, written to the ServiceAccount's kubeconfig file
+        args = base()
         if kubeconfig is not None:
             args[args.index("--kubeconfig") + 1] = str(kubeconfig)
         op.credential = credential_id(Path(args[args.index("--kubeconfig") + 1]))
@@ -60,10 +57,9 @@ def leader_operator(env: Env, kubeconfig: Path | None = None, probes: int | None
     return op.start()
 
 
-def credential_id(kubeconfig: Path) -> str:
-    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
-    payload = token.split(".")[1]
-    return "JTI=" + json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["jti"]
+def leader_operator(env: Env, kubeconfig: Path | None = None, probes: int | None = None):
+    probe_args = ["--health-probe-bind-address", f"127.0.0.1:{probes}"] if probes else []
+    return audited_operator(env, ["--leader-elect", "--leader-elect-namespace", env.ns, *probe_args], kubeconfig)
 
 
 def log_time(op, text: str, timeout: float = 40) -> float:
@@ -338,12 +334,6 @@ def test_sigkill_at_20_random_moments_every_job_converges_and_nothing_is_created
 
 
 def crash_operator(env: Env, credentials: list[str]):
-    op = make_operator(env.cluster, [env.ns], gang_scheduler_name=GANG)
-    base = op.args
-
-    def args() -> list[str]:
-        args = base()
-        credentials.append(credential_id(Path(args[args.index("--kubeconfig") + 1])))
-        return args
-    op.args = args
-    return op.start()
+    op = audited_operator(env, [])
+    credentials.append(op.credential)
+    return op

@@ -226,33 +226,44 @@ class KubeClient:
     async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", timeout: float = 30, gated: bool = True) -> Any:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        reauthenticated = False
+        reauthenticated = resent = False
         for attempt in range(THROTTLE_RETRIES + 1):
             used = await self.credentials.authenticate()  # before the gate: a plugin may take seconds
             if gated and method != "GET" and self.write_gate is not None and not self.write_gate():
                 raise NotLeading(f"{method} {path} not sent: this replica is not the leader")
             self.requests += 1
-            async with self._session.request(
-                method, self.credentials.server + path, data=data, params=params,
-                headers=self._headers(content_type if body is not None else None),
-                timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
-            ) as response:
-                text = await response.text()
-                if self.on_response is not None:
-                    self.on_response(method, path, response.status)
-                payload = json.loads(text) if text and text[0] in "{[" else text
-                if response.status == 429 and attempt < THROTTLE_RETRIES:
-                    # Too many requests in flight: turned away before it did anything, so any
-                    # verb may be sent again, after the pause the apiserver asks for.
-                    await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
-                    continue
-                if (response.status == 401 and not reauthenticated and attempt < THROTTLE_RETRIES
-                        and await self.credentials.rejected(used)):
-                    reauthenticated = True  # an exec plugin's token refused (revoked, expired early): once more
-                    continue
-                if response.status >= 400:
-                    raise ApiError(response.status, payload, method, path)
-                return payload
+            try:
+                response, text = await self._send(method, path, data, params, content_type if body is not None
+                                                  else None, timeout)
+            except aiohttp.ClientConnectionError:
+                # A kept-alive connection the server closed as we reused it: a read is safe to send again.
+                if method != "GET" or resent:
+                    raise
+                resent = True
+                continue
+            if self.on_response is not None:
+                self.on_response(method, path, response.status)
+            payload = json.loads(text) if text and text[0] in "{[" else text
+            if response.status == 429 and attempt < THROTTLE_RETRIES:
+                # Too many requests in flight: turned away before it did anything, so any
+                # verb may be sent again, after the pause the apiserver asks for.
+                await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
+                continue
+            if (response.status == 401 and not reauthenticated and attempt < THROTTLE_RETRIES
+                    and await self.credentials.rejected(used)):
+                reauthenticated = True  # an exec plugin's token refused (revoked, expired early): once more
+                continue
+            if response.status >= 400:
+                raise ApiError(response.status, payload, method, path)
+            return payload
+
+    async def _send(self, method: str, path: str, data: str | None, params, content_type: str | None,
+                    timeout: float) -> tuple[aiohttp.ClientResponse, str]:
+        async with self._session.request(
+            method, self.credentials.server + path, data=data, params=params, headers=self._headers(content_type),
+            timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
+        ) as response:
+            return response, await response.text()
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:

@@ -113,6 +113,7 @@ class Controller:
 
     # -- inputs -------------------------------------------------------------------
     def job_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """From the TFJob informer, which keeps jobs trimmed already: the record shares its copy."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         if event_type == "DELETED":
@@ -122,9 +123,9 @@ class Controller:
             return
         record = self.jobs.get(key)
         if record is None:
-            self.jobs[key] = JobRecord(trim_job(body))
-        elif newer(body, record.body):
-            record.body = trim_job(body)
+            self.jobs[key] = JobRecord(dict(body))
+        elif newer(body, record.body):  # not older than what our own status write answered
+            record.body = dict(body)
         self.queue.add(key)
 
     def _pod_gone(self, key: JobKey, name: str) -> None:
