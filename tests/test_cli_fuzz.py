@@ -270,7 +270,7 @@ FILES = [
      "Error: -: document 1: spec.tfReplicaSpecs: a key must be a string, not null"),
     ("a number key is text, as kubectl reads it", JOB_WITH_ENV.replace("    Worker:", "    7: {}\n    Worker:") % "x",
      1, "-: j: spec.tfReplicaSpecs.7: spec.tfReplicaSpecs keys must be replica types Chief, Master, PS, Worker or "
-        "Evaluator, spelt so or in lower case (chief, master, ps, worker, evaluator); rename or remove the others"),
+        "Evaluator, in any case (e.g. Worker, worker or WORKER); rename or remove the others"),
     ("a key given twice", JOB_WITH_ENV.replace("    Worker:", "    1: {}\n    '1': {}\n    Worker:") % "x", 1,
      "Error: -: document 1: spec.tfReplicaSpecs.1: the key is given twice"),
     ("a namespace that is no name", JOB_WITH_ENV.replace("{name: j}", '{name: j, namespace: "a\\nb: c"}') % "x", 1,

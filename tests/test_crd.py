@@ -11,6 +11,7 @@ import pytest
 
 from seeds import seed_jobs
 from tfop.api import rules as spec_rules
+from tfop.api.validation import Problem
 from tfop.tools import crd, crdgen
 from tfop.children.resources import resource_path
 
@@ -85,36 +86,36 @@ def _replica_specs(version="v1"):
 
 
 def test_preserve_unknown_fields_only_where_meant():
-    """Object metadata, tfReplicaSpecs itself (a misspelt key is kept, then rejected by a
-    rule) and the pod templates of the lower-case spellings."""
+    """Only object metadata keeps what it does not declare: every replica type's pod template,
+    in any case, is checked."""
     paths = [p for p, n in _nodes(crd.schema_for("v1"))
              if n.get("x-kubernetes-preserve-unknown-fields")]
-    specs = "<root>.spec.tfReplicaSpecs"
-    lower = {f"{specs}.{t.lower()}.template" for t in crdgen.REPLICA_TYPES}
-    assert specs in paths and lower <= set(paths)
-    rest = [p for p in paths if p != specs and p not in lower]
-    assert rest and all(p.endswith(".metadata") for p in rest), rest
+    assert paths and all(p.endswith(".metadata") for p in paths), paths
 
 
-def test_replica_specs_declare_each_type_for_kubectl_explain():
+def test_replica_specs_map_any_key_to_one_replica_spec():
+    """A map like upstream's: WORKER, Ps and chief reach the rules (tfop.api.rules), which read
+    keys in any case; the pod template schema is written once, not once per spelling."""
     rs = _replica_specs()
-    assert rs["type"] == "object" and "additionalProperties" not in rs
-    assert list(rs["properties"]) == crdgen.REPLICA_TYPES + [
-        "chief", "master", "ps", "worker", "evaluator"]
-    assert rs["x-kubernetes-preserve-unknown-fields"] is True
-    worker = rs["properties"]["Worker"]
-    for rtype in crdgen.REPLICA_TYPES:  # same structure; only Worker's template is described
-        spec = rs["properties"][rtype]
-        assert crdgen.strip_descriptions(spec["properties"]["template"]) == \
-            crdgen.strip_descriptions(worker["properties"]["template"])
-        if rtype != "Worker":
-            assert '"description"' not in json.dumps(spec["properties"]["template"]["properties"])
-            assert "tfReplicaSpecs.Worker.template" in spec["properties"]["template"]["description"]
-    for rtype in spec_rules.KNOWN_TYPES_LOWER:  # replicas/restartPolicy checked, template kept
-        spec = rs["properties"][rtype]
-        assert spec["properties"]["replicas"]["minimum"] == 0
-        assert spec["properties"]["restartPolicy"]["enum"] == crdgen.RESTART_POLICIES
-        assert spec["properties"]["template"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert rs["type"] == "object" and "properties" not in rs
+    assert "x-kubernetes-preserve-unknown-fields" not in rs
+    assert rs["maxProperties"] == spec_rules.MAX_REPLICA_KEYS == 5
+    spec = rs["additionalProperties"]
+    assert list(spec["properties"]) == ["replicas", "restartPolicy", "template"]
+    assert spec["properties"]["replicas"]["minimum"] == 0
+    assert spec["properties"]["replicas"]["maximum"] == spec_rules.MAX_REPLICAS_PER_TYPE
+    assert spec["properties"]["restartPolicy"]["enum"] == crdgen.RESTART_POLICIES
+    assert "x-kubernetes-validations" not in spec  # a value cannot see its key: the map's rules do
+    assert json.dumps(rs).count('"initContainers"') == 1  # one pod template schema
+
+
+def test_run_policy_defaults_to_empty():
+    """The Kubeflow SDK's model requires spec.runPolicy; a job written as v1beta1 or v1alpha2 has none.
+    A structural default fills it on create and on every read of a job stored without it."""
+    for version in VERSIONS:
+        run_policy = crd.schema_for(version)["properties"]["spec"]["properties"]["runPolicy"]
+        assert run_policy["default"] == {}
+        assert "required" not in run_policy
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -126,7 +127,7 @@ def test_every_version_prunes_alike(version):
 
 
 def test_pod_template_is_described_and_list_maps_survive():
-    containers = _replica_specs()["properties"]["Worker"]["properties"]["template"][
+    containers = _replica_specs()["additionalProperties"]["properties"]["template"][
         "properties"]["spec"]["properties"]["containers"]
     assert containers["description"]
     assert containers["x-kubernetes-list-type"] == "map"
@@ -145,8 +146,8 @@ def test_legacy_versions_are_v1_without_descriptions():
 
 
 def test_crd_size_fits_etcd():
-    # ~1.13 MB: v1 ~0.54 MB (Worker's described template ~0.29 MB, 4 undescribed ~57 KB
-    # each), v1beta1 and v1alpha2 ~0.29 MB each (5 undescribed templates)
+    # ~0.44 MB: v1 ~0.31 MB (one described pod template), v1beta1 and v1alpha2 ~65 KB each
+    # (undescribed). It was ~1.13 MB while tfReplicaSpecs declared a template per spelling.
     size = len(json.dumps(crd.load_crd(), separators=(",", ":")))
     assert size < MAX_CRD_JSON_BYTES, f"CRD is {size} bytes as JSON"
 
@@ -188,12 +189,16 @@ def good_job(version="v1"):
     }
 
 
-def _lower_case(rtype, **changes):
-    """Change: spell replica type `rtype` in lower case (the operator reads it as rtype)."""
+def _renamed(rtype, key, **changes):
+    """Change: spell replica type `rtype` as `key` (the operator reads it as rtype)."""
     def apply(job):
         specs = job["spec"]["tfReplicaSpecs"]
-        specs[rtype.lower()] = {**specs.pop(rtype), **changes}
+        specs[key] = {**specs.pop(rtype), **changes}
     return apply
+
+
+def _lower_case(rtype, **changes):
+    return _renamed(rtype, rtype.lower(), **changes)
 
 
 def lower_case_job(version="v1"):
@@ -240,7 +245,7 @@ BAD_JOBS = [  # (id, change, field, message fragment)
     ("unknown-replica-type", _set(RS + ("Foo",), {"replicas": 1}),
      "spec.tfReplicaSpecs.Foo", spec_rules.MSG_UNKNOWN),
     ("same-type-twice", _set(RS + ("worker",), {"replicas": 1}),
-     "spec.tfReplicaSpecs", spec_rules.MSG_DUPLICATE),
+     "spec.tfReplicaSpecs", spec_rules.duplicate_message("Worker", "worker")),
     ("empty-replica-specs", _set(RS, {}), "spec.tfReplicaSpecs", spec_rules.MSG_EMPTY),
     ("bad-name", _set(("metadata", "name"), "My_Job"), "metadata.name", spec_rules.MSG_NAME),
     ("name-too-long", _set(("metadata", "name"), "a" * 64), "metadata.name", spec_rules.MSG_NAME),
@@ -261,8 +266,18 @@ BAD_JOBS = [  # (id, change, field, message fragment)
      "spec.tfReplicaSpecs.worker.replicas", "should be greater than or equal to 0"),
     ("lower-case-worker-restart-policy", _lower_case("Worker", restartPolicy="Sometimes"),
      "spec.tfReplicaSpecs.worker.restartPolicy", "Unsupported value: \"Sometimes\""),
-    ("upper-case-type", _set(RS + ("WORKER",), {"replicas": 1}),
-     "spec.tfReplicaSpecs.WORKER", spec_rules.MSG_UNKNOWN),
+    ("upper-case-type-twice", _set(RS + ("WORKER",), {"replicas": 1}),
+     "spec.tfReplicaSpecs", spec_rules.duplicate_message("WORKER", "Worker")),
+    ("unknown-type-in-capitals", _set(RS + ("WORKERS",), {"replicas": 1}),
+     "spec.tfReplicaSpecs.WORKERS", spec_rules.MSG_UNKNOWN),
+    ("mixed-case-chief-replicas-2", _renamed("Chief", "CHIEF", replicas=2),
+     "spec.tfReplicaSpecs.CHIEF.replicas", spec_rules.MSG_CHIEF_REPLICAS),
+    ("mixed-case-master-and-chief", _set(RS + ("mAsTeR",), {}),
+     "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
+    # every key's pod template is checked: none is kept as written any more
+    ("mixed-case-worker-bad-cpu", _renamed("Worker", "wORKER", template={"spec": {"containers": [
+        {"name": "tensorflow", "image": "x", "resources": {"limits": {"cpu": "1e10000000"}}}]}}),
+     "spec.tfReplicaSpecs.wORKER.template.spec.containers[0].resources.limits.cpu", "1e10000000"),
     ("chief-and-master-lower-case", _set(RS + ("master",), {}),
      "spec.tfReplicaSpecs", spec_rules.MSG_ONE_CHIEF),
     ("lower-case-chief-replicas-2", _lower_case("Chief", replicas=2),
@@ -334,14 +349,75 @@ def test_quantities_within_the_bounds_are_valid(value):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_lower_case_replica_types_are_valid(version):
     job = lower_case_job(version)
-    job["spec"]["tfReplicaSpecs"]["ps"] = {"replicas": 2, "template": {"spec": {}}}
+    job["spec"]["tfReplicaSpecs"]["ps"] = {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "tensorflow", "image": "tf"}]}}}
     assert crd.schema_problems(job) == []
+
+
+def mixed_case_job(version="v1"):
+    """Keys as upstream v1.9 accepts them: any case."""
+    job = good_job(version)
+    _renamed("Worker", "WORKER")(job)
+    _renamed("Chief", "chief")(job)
+    job["spec"]["tfReplicaSpecs"]["Ps"] = copy.deepcopy(job["spec"]["tfReplicaSpecs"]["chief"])
+    return job
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mixed_case_replica_types_are_valid(version):
+    assert crd.schema_problems(mixed_case_job(version)) == []
+
+
+def test_every_pair_of_keys_of_one_type_is_refused_naming_both():
+    job = good_job()
+    specs = job["spec"]["tfReplicaSpecs"]
+    specs.update({"WORKER": {}, "worker": {}})  # three spellings: the two smallest are named
+    problems = crd.rule_problems(job)
+    assert problems == [Problem("spec.tfReplicaSpecs", spec_rules.duplicate_message("WORKER", "Worker"))]
+    assert "WORKER and Worker" in problems[0].message
+
+
+def test_a_duplicate_message_unfit_to_show_is_the_static_one():
+    """The apiserver shows the rule's message when its messageExpression yields a line break."""
+    job = good_job()
+    job["spec"]["tfReplicaSpecs"] = {"Worker\n": {}, "worker\n": {}}
+    assert Problem("spec.tfReplicaSpecs", spec_rules.MSG_DUPLICATE) in crd.rule_problems(job)
 
 
 def test_two_chiefs_named_in_any_case():
     job = good_job()
     job["spec"]["tfReplicaSpecs"]["master"] = {"replicas": 1}
     assert [p.field for p in crd.rule_problems(job)] == ["spec.tfReplicaSpecs"]
+
+
+def six_keys_job():
+    """Every type and one twice: over maxProperties, which stops the apiserver's rules."""
+    job = good_job()
+    del job["spec"]["tfReplicaSpecs"]["Chief"]
+    job["spec"]["tfReplicaSpecs"].update({k: {} for k in ("Master", "PS", "Evaluator", "WORKER", "worker")})
+    return job
+
+
+BLOCKED = [  # (id, job, the only problem reported): no rule runs beside these errors
+    ("too-many-keys", six_keys_job, ("spec.tfReplicaSpecs", "Too many: must have at most 5 items")),
+    ("unsupported-and-twice", lambda: _changed(good_job(), _set(RS + ("Worker", "restartPolicy"), "Sometimes"),
+                                               _set(RS + ("WORKER",), {})),
+     ("spec.tfReplicaSpecs.Worker.restartPolicy", 'Unsupported value: "Sometimes"')),
+]
+
+
+def _changed(job, *changes):
+    for change in changes:
+        change(job)
+    return job
+
+
+@pytest.mark.parametrize("make,problem", [b[1:] for b in BLOCKED], ids=[b[0] for b in BLOCKED])
+def test_blocking_schema_errors_stop_the_rules_like_the_apiserver(make, problem):
+    problems = crd.schema_problems(make())
+    assert [p.field for p in problems] == [problem[0]], problems
+    assert problem[1] in problems[0].message
+    assert crd.rule_problems(make())  # a rule fails too, but is not reported
 
 
 def test_nulls_are_pruned_like_the_apiserver():
@@ -369,16 +445,13 @@ def test_schema_for_returns_copies():
 
 def test_cel_rules_in_crd_match_python_messages():
     rs = _replica_specs()
-    messages = {r["message"] for r in rs["x-kubernetes-validations"]}
-    assert messages == {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
-                        spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_TOTAL_REPLICAS}
-    for key in spec_rules.REPLICA_KEYS:
-        rules = rs["properties"][key].get("x-kubernetes-validations", [])
-        want = ({spec_rules.MSG_CHIEF_REPLICAS} if key in spec_rules.CHIEF_KEYS else
-                {spec_rules.MSG_EVALUATOR_REPLICAS} if key in spec_rules.EVALUATOR_KEYS else set())
-        assert {r["message"] for r in rules} == want, key
-        assert all(r["fieldPath"] == ".replicas" for r in rules)
-    assert rs["maxProperties"] == 5
+    messages = [r["message"] for r in rs["x-kubernetes-validations"]]
+    assert messages == [spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
+                        spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_CHIEF_REPLICAS,
+                        spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_TOTAL_REPLICAS]
+    with_expression = [r for r in rs["x-kubernetes-validations"] if "messageExpression" in r]
+    assert [r["message"] for r in with_expression] == [spec_rules.MSG_DUPLICATE]
+    assert all("fieldPath" not in r for r in rs["x-kubernetes-validations"])  # a map's key is not fixed
 
 
 def test_good_job_deepcopy_is_untouched_by_validation():
@@ -391,9 +464,10 @@ def test_good_job_deepcopy_is_untouched_by_validation():
 # ------------------------------------------------------------ on a real apiserver
 # Uses the e2e plugin's `cluster` fixture when a conftest loads e2e.pytest_plugin,
 # else an apiserver named by TFOP_TEST_KUBECONFIG; skipped when neither is there.
-CEL_MESSAGES = {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_DUPLICATE,
-                spec_rules.MSG_ONE_CHIEF, spec_rules.MSG_CHIEF_REPLICAS,
-                spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_NAME, spec_rules.MSG_TOTAL_REPLICAS}
+CEL_MESSAGES = {spec_rules.MSG_EMPTY, spec_rules.MSG_UNKNOWN, spec_rules.MSG_ONE_CHIEF,
+                spec_rules.MSG_CHIEF_REPLICAS, spec_rules.MSG_EVALUATOR_REPLICAS, spec_rules.MSG_NAME,
+                spec_rules.MSG_TOTAL_REPLICAS, spec_rules.duplicate_message("Worker", "worker"),
+                spec_rules.duplicate_message("WORKER", "Worker")}
 
 
 def _kubectl_for(request):
@@ -459,36 +533,69 @@ def test_bad_jobs_rejected_by_apiserver(kube, version, change, field, message):
 
 
 @pytest.mark.cluster
-def test_kubectl_explain_steps_into_replica_types(kube):
+def test_kubectl_explain_shows_the_replica_spec_map(kube):
+    """A map: `kubectl explain` shows its value's fields under tfReplicaSpecs (no key in the path)."""
     kubectl, _ = kube
-    path = "tfjob.spec.tfReplicaSpecs.Worker.template.spec.containers"
-    for extra in (["--api-version=kubeflow.org/v1"], []):  # v1 is also the preferred version
-        deadline = time.monotonic() + 60  # the apiserver publishes a new CRD's OpenAPI lazily
-        while (r := kubectl("explain", path, *extra)).returncode != 0:
-            assert time.monotonic() < deadline, r.stderr
-            time.sleep(1)
-        assert re.search(r"FIELD:\s+containers\s+<\[\]Object>", r.stdout), r.stdout
-        assert "List of containers belonging to the pod" in r.stdout
-        assert re.search(r"^VERSION:\s+v1$", r.stdout, re.M), r.stdout
-    r = kubectl("explain", "tfjob.spec.tfReplicaSpecs.worker.replicas")
-    assert r.returncode == 0 and "Number of pods of this type" in r.stdout, r.stderr
+    deadline = time.monotonic() + 60  # the apiserver publishes a new CRD's OpenAPI lazily
+    while (r := kubectl("explain", "tfjob.spec.tfReplicaSpecs", "--api-version=kubeflow.org/v1")).returncode != 0:
+        assert time.monotonic() < deadline, r.stderr
+        time.sleep(1)
+    assert re.search(r"FIELD:\s+tfReplicaSpecs\s+<map\[string\]Object>", r.stdout), r.stdout
+    assert re.findall(r"^  (\w+)\t", r.stdout, re.M) == ["replicas", "restartPolicy", "template"], r.stdout
+    assert "in any case" in r.stdout
+    r = kubectl("explain", "tfjob.spec.tfReplicaSpecs.template.spec.containers")
+    assert re.search(r"FIELD:\s+containers\s+<\[\]Object>", r.stdout), r.stdout
+    assert "List of containers belonging to the pod" in r.stdout
+    assert re.search(r"^VERSION:\s+v1$", r.stdout, re.M), r.stdout  # v1 is the preferred version
 
 
 @pytest.mark.cluster
-def test_lower_case_replica_type_round_trips_through_every_version(kube):
+def test_mixed_case_replica_types_round_trip_through_every_version(kube):
     kubectl, ns = kube
-    job = lower_case_job("v1beta1")
+    job = mixed_case_job("v1beta1")
     del job["status"]
-    job["metadata"] = {"name": f"lower-{uuid.uuid4().hex[:6]}"}
-    worker = job["spec"]["tfReplicaSpecs"]["worker"]
+    del job["spec"]["runPolicy"]
+    job["spec"]["cleanPodPolicy"] = "All"  # the legacy place, kept beside the defaulted runPolicy
+    job["metadata"] = {"name": f"mixed-{uuid.uuid4().hex[:6]}"}
+    worker = job["spec"]["tfReplicaSpecs"]["WORKER"]
     worker["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     r = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=json.dumps(job))
     assert r.returncode == 0, r.stderr
+    worker = copy.deepcopy(worker)  # every key's template is checked, so defaulted: ports' protocol
+    worker["template"]["spec"]["containers"][0]["ports"][0]["protocol"] = "TCP"
     for version in VERSIONS:  # conversion None: each reads the stored object via its schema
         r = kubectl("get", f"tfjobs.{version}.kubeflow.org", job["metadata"]["name"],
                     "-n", ns, "-o", "json")
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout)
         assert got["apiVersion"] == f"kubeflow.org/{version}"
-        assert set(got["spec"]["tfReplicaSpecs"]) == {"Chief", "worker"}, version
-        assert got["spec"]["tfReplicaSpecs"]["worker"] == worker, version
+        assert set(got["spec"]["tfReplicaSpecs"]) == {"chief", "WORKER", "Ps"}, version
+        assert got["spec"]["tfReplicaSpecs"]["WORKER"] == worker, version
+        assert got["spec"]["runPolicy"] == {}, version  # defaulted: the Kubeflow SDK requires it
+        assert got["spec"]["cleanPodPolicy"] == "All", version
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("make,problem", [b[1:] for b in BLOCKED], ids=[b[0] for b in BLOCKED])
+def test_blocking_schema_errors_stop_the_rules_on_apiserver(kube, make, problem):
+    kubectl, ns = kube
+    job = make()
+    del job["status"]
+    job["metadata"].pop("namespace")
+    r = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=json.dumps(job))
+    assert r.returncode != 0 and problem[0] in r.stderr and problem[1].split(":")[0] in r.stderr, r.stderr
+    assert "some validation rules were not checked" in r.stderr, r.stderr
+    assert "differ only in case" not in r.stderr, r.stderr
+
+
+@pytest.mark.cluster
+def test_duplicate_keys_refused_naming_both(kube):
+    kubectl, ns = kube
+    job = good_job()
+    del job["status"]
+    job["metadata"].pop("namespace")
+    job["spec"]["tfReplicaSpecs"].update({"WORKER": {}, "worker": {}})  # 4 keys: within maxProperties
+    r = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=json.dumps(job))
+    assert r.returncode != 0, r.stdout
+    assert spec_rules.duplicate_message("WORKER", "Worker") in r.stderr, r.stderr
+    assert [p.message for p in crd.schema_problems(job)] == [spec_rules.duplicate_message("WORKER", "Worker")]

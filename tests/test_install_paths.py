@@ -78,7 +78,7 @@ def _key(obj: dict) -> tuple[str, str, str]:
 
 
 def _objects(text: str) -> tuple[list[dict], list[str]]:
-    """(the objects but CRDs, sorted; the CRDs' text): a CRD is 3.5 MB of YAML, parsed once only."""
+    """(the objects but CRDs, sorted; the CRDs' text): a CRD is 1 MB of YAML, parsed once only."""
     objs, crds = [], []
     for doc in re.split(r"^---\s*$", text, flags=re.M):
         kind = TOP_KIND.search(doc)
@@ -158,7 +158,7 @@ def _apply(doc, op):
 # ------------------------------------------------------------------ kustomize
 @pytest.fixture(scope="session")
 def built(kubectl_bin) -> dict[str, str]:
-    """Overlay -> `kubectl kustomize` of it, built side by side (each reads the 3.5 MB CRD)."""
+    """Overlay -> `kubectl kustomize` of it, built side by side (each reads the 1 MB CRD)."""
     def build(overlay: str) -> str:
         return _run([kubectl_bin, "kustomize", str(ROOT / "manifests" / "overlays" / overlay)])
 

@@ -24,6 +24,8 @@ def _schema_node(path):
 @pytest.mark.parametrize("rule", rules.RULES, ids=[r.message[:40] for r in rules.RULES])
 def test_every_rule_is_in_the_crd_where_the_table_says(rule):
     want = {"rule": rule.cel, "message": rule.message}
+    if rule.message_cel:
+        want["messageExpression"] = rule.message_cel
     if rule.field_path:
         want["fieldPath"] = rule.field_path
     for at in rule.at:
@@ -32,10 +34,11 @@ def test_every_rule_is_in_the_crd_where_the_table_says(rule):
 
 def test_the_crd_has_no_rule_outside_the_table():
     in_table = {(at, r.cel, r.message) for r in rules.RULES for at in r.at}
-    paths = [""] + [f"{rules.REPLICA_SPECS}.{k}" for k in rules.REPLICA_KEYS] + [rules.REPLICA_SPECS]
-    in_crd = {(at, v["rule"], v["message"]) for at in paths
+    in_crd = {(at, v["rule"], v["message"]) for at in ("", rules.REPLICA_SPECS)
               for v in _schema_node(at).get("x-kubernetes-validations", [])}
     assert in_crd == in_table
+    schema_text = str(crd.schema_for("v1"))
+    assert schema_text.count("x-kubernetes-validations") == 2  # the TFJob's and tfReplicaSpecs' only
 
 
 # (rule, node, does the Python twin hold)
@@ -48,18 +51,29 @@ HOLDS = [
     (rules.NAME, {"metadata": {"name": "a" * 64}}, False),
     (rules.NOT_EMPTY, {}, False),
     (rules.NOT_EMPTY, {"Worker": {}}, True),
-    (rules.DECLARED_KEYS, {"Worker": {}, "ps": {}}, True),
-    (rules.DECLARED_KEYS, {"WORKER": {}}, False),
+    (rules.KNOWN_KEYS, {"Worker": {}, "ps": {}}, True),
+    (rules.KNOWN_KEYS, {"WORKER": {}, "Ps": {}, "cHiEf": {}, "EVALUATOR": {}, "mastER": {}}, True),
+    (rules.KNOWN_KEYS, {"Workers": {}}, False),
+    (rules.KNOWN_KEYS, {" Worker": {}}, False),
+    (rules.KNOWN_KEYS, {"\u0130S": {}}, False),  # lowerAscii folds A-Z only: "İS" is no "ps"
+    (rules.KNOWN_KEYS, {1: {}}, False),  # a YAML key that is no string (tfop validate only)
     (rules.ONE_SPELLING, {"Worker": {}, "worker": {}}, False),
-    (rules.ONE_SPELLING, {"Worker": {}, "ps": {}}, True),
+    (rules.ONE_SPELLING, {"WORKER": {}, "ps": {}, "wOrKeR": {}}, False),
+    (rules.ONE_SPELLING, {"Worker": {}, "ps": {}, "CHIEF": {}}, True),
+    (rules.ONE_SPELLING, {"Foo": {}, "FOO": {}}, False),  # unknown too, and named twice
     (rules.ONE_CHIEF, {"chief": {}, "Master": {}}, False),
+    (rules.ONE_CHIEF, {"CHIEF": {}, "chief": {}}, False),
     (rules.ONE_CHIEF, {"Chief": {}, "Worker": {}}, True),
-    (rules.ONE_CHIEF_REPLICA, {"replicas": 2}, False),
-    (rules.ONE_CHIEF_REPLICA, {"replicas": 1}, True),
-    (rules.ONE_CHIEF_REPLICA, {}, True),
-    (rules.ONE_CHIEF_REPLICA, {"replicas": "2"}, True),  # the schema's to report
-    (rules.ONE_EVALUATOR_REPLICA, {"replicas": 0}, True),
-    (rules.ONE_EVALUATOR_REPLICA, {"replicas": 3}, False),
+    (rules.ONE_CHIEF_REPLICA, {"MASTER": {"replicas": 2}}, False),
+    (rules.ONE_CHIEF_REPLICA, {"chief": {"replicas": 1}, "Worker": {"replicas": 9}}, True),
+    (rules.ONE_CHIEF_REPLICA, {"Chief": {}}, True),
+    (rules.ONE_CHIEF_REPLICA, {"Chief": {"replicas": "2"}}, True),  # the schema's to report
+    (rules.ONE_CHIEF_REPLICA, {"Chief": None}, True),  # pruned by the apiserver
+    (rules.ONE_EVALUATOR_REPLICA, {"evaluator": {"replicas": 0}}, True),
+    (rules.ONE_EVALUATOR_REPLICA, {"EVALUATOR": {"replicas": 3}}, False),
+    (rules.TOTAL_REPLICAS, {"PS": {"replicas": 4999}, "worker": {}}, True),  # unset counts 1
+    (rules.TOTAL_REPLICAS, {"PS": {"replicas": 4999}, "worker": {}, "Chief": {}}, False),
+    (rules.TOTAL_REPLICAS, {"Foo": {"replicas": 5000}, "PS": {}}, False),  # every key counts, as in CEL
 ]
 
 
@@ -78,8 +92,10 @@ SHARED = [
      ["spec.tfReplicaSpecs.evaluator.replicas"], ["spec.tfReplicaSpecs.evaluator.replicas"]),
     ("no replica types", tfjob({}), ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs"]),
     ("bad name", tfjob(name="Bad_Name"), ["metadata.name"], ["metadata.name"]),
-    # where the operator deliberately reads more than the CRD admits
-    ("upper-case key", tfjob({"WORKER": 1}), ["spec.tfReplicaSpecs.WORKER"], []),
+    ("upper-case key", tfjob({"WORKER": 1}), [], []),
+    ("mixed-case chief replicas 2", tfjob({"CHIEF": 2, "Ps": 1}),
+     ["spec.tfReplicaSpecs.CHIEF.replicas"], ["spec.tfReplicaSpecs.CHIEF.replicas"]),
+    ("unknown key", tfjob({"Workers": 1}), ["spec.tfReplicaSpecs.Workers"], ["spec.tfReplicaSpecs.Workers"]),
     ("chief and master in lower case", tfjob({"chief": 1, "master": 1}),
      ["spec.tfReplicaSpecs"], ["spec.tfReplicaSpecs"]),
     ("one type in two cases", tfjob({"Worker": 1, "worker": 1}),

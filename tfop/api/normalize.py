@@ -134,8 +134,8 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
     keys: dict[str, str] = {}  # canonical type -> the key as written, for field paths
     for key, rspec in raw.items():
         field = f"{REPLICA_SPECS}.{key}"
-        # Any case is read (the CRD's DECLARED_KEYS and ONE_SPELLING are stricter): so here
-        # an unknown key is one of no type, and a duplicate one whose type is already taken.
+        # Any case is read, as the CRD's rules do: an unknown key is one of no type, and a
+        # duplicate one whose type is already taken.
         rtype = canonical_type(key)
         if rtype is None:
             problems.append(Problem(field, f"unknown replica type {key!r}: use one of {', '.join(REPLICA_TYPES)}"))
@@ -171,8 +171,8 @@ def _singleton_problems(found: dict[str, ReplicaSpec], keys: dict[str, str], pro
     if not rules.ONE_CHIEF.holds(found):
         problems.append(Problem(REPLICA_SPECS, "both Chief and Master are given: keep only one"))
     for rtype, rspec in found.items():
-        counted = {"replicas": rspec.replicas}
-        if not all(rule.holds(counted) for rule in rules.rules_at(f"{REPLICA_SPECS}.{rtype}")):
+        counted = {rtype: {"replicas": rspec.replicas}}
+        if not all(rule.holds(counted) for rule in (rules.ONE_CHIEF_REPLICA, rules.ONE_EVALUATOR_REPLICA)):
             problems.append(Problem(f"{REPLICA_SPECS}.{keys[rtype]}.replicas", f"{rtype} must have at most 1 replica"))
 
 

@@ -18,18 +18,14 @@ from tfop.api.validation import Problem
 ROOT = ""  # the TFJob object itself
 REPLICA_SPECS = "spec.tfReplicaSpecs"
 
-# spec.tfReplicaSpecs is an object, not a map, so that `kubectl explain` can
-# step into spec.tfReplicaSpecs.Worker. It declares each replica type as
-# written (Worker) and in lower case (worker), the two spellings in use; it
-# keeps unknown keys (x-kubernetes-preserve-unknown-fields) so that a
-# misspelt type is rejected by a rule rather than silently pruned. CEL cannot
-# see unknown keys of an object (its declared type has only the declared
-# properties), but size() of the object counts every key: so "every key is
-# declared" is "size equals the number of declared keys present".
+# spec.tfReplicaSpecs is a map (as upstream's CRD has it): any key reaches the
+# rules below, which read it case-insensitively (k.lowerAscii(), as the
+# operator does in canonical_type), so WORKER, Ps and chief are replica types.
+# A map's rules cannot point at the offending key (a rule's fieldPath is
+# fixed), so the Python twins name it (culprits) where CEL names the map.
 KNOWN_TYPES_LOWER = tuple(t.lower() for t in REPLICA_TYPES)
-REPLICA_KEYS = REPLICA_TYPES + KNOWN_TYPES_LOWER  # the declared spellings
-CHIEF_KEYS = tuple(k for t in CHIEF_TYPES for k in (t, t.lower()))
-EVALUATOR_KEYS = ("Evaluator", "evaluator")
+CHIEF_TYPES_LOWER = tuple(t.lower() for t in CHIEF_TYPES)
+MAX_REPLICA_KEYS = len(REPLICA_TYPES)  # the map's maxProperties: a job has each type once at most
 
 # Upper bounds on a job's size, so that no tenant's job can stop the operator or flood the cluster.
 # Every pod's TF_CONFIG lists every pod's host (~50 bytes each), so a job of N pods stores ~50*N^2
@@ -47,8 +43,9 @@ _NAME_RE = re.compile(NAME_PATTERN)
 MSG_EMPTY = ("spec.tfReplicaSpecs must not be empty: add at least one replica type "
              "(Chief, Master, PS, Worker or Evaluator)")
 MSG_UNKNOWN = ("spec.tfReplicaSpecs keys must be replica types Chief, Master, PS, Worker "
-               "or Evaluator, spelt so or in lower case (chief, master, ps, worker, "
-               "evaluator); rename or remove the others")
+               "or Evaluator, in any case (e.g. Worker, worker or WORKER); rename or remove the others")
+# The duplicate rule names the two keys (its messageExpression); this is what the apiserver says
+# instead when that message cannot be made (a key holding a line break, or a message over 5 KiB).
 MSG_DUPLICATE = ("spec.tfReplicaSpecs lists a replica type twice in different case "
                  "(e.g. Worker and worker); keep one")
 MSG_ONE_CHIEF = "spec.tfReplicaSpecs may have only one Chief or Master; remove the other"
@@ -58,6 +55,13 @@ MSG_TOTAL_REPLICAS = (f"spec.tfReplicaSpecs: a job may have at most {MAX_JOB_REP
                       "replicas over its replica types (unset counts 1); lower replicas or split the job")
 MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, "
             "digits or '-', starting with a letter and ending with a letter or digit")
+# The apiserver's bounds on a messageExpression's result (k8s.io/apiserver/pkg/apis/cel).
+MAX_EVALUATED_MESSAGE_BYTES = 5 * 1024
+
+
+def duplicate_message(first: str, second: str) -> str:
+    return (f"spec.tfReplicaSpecs lists a replica type twice, as {first} and {second} "
+            "(keys that differ only in case); keep one")
 
 
 def is_dns1035_label(name: Any) -> bool:
@@ -65,15 +69,11 @@ def is_dns1035_label(name: Any) -> bool:
 
 
 def canonical_type(key: Any) -> str | None:
-    """The replica type a key names in any case.
-
-    Deliberately looser than the CRD (REPLICA_KEYS): jobs stored before the CRD
-    had its rules may say WORKER, and the operator still runs them.
-    """
+    """The replica type a key names in any case (as the CRD's rules read keys, with lowerAscii)."""
     if not isinstance(key, str):  # YAML keys may be numbers, or null
         return None
     for rtype in REPLICA_TYPES:
-        if key.lower() == rtype.lower():
+        if lower_ascii(key) == rtype.lower():
             return rtype
     return None
 
@@ -88,19 +88,39 @@ class Rule:
     message: str
     holds: Callable[[Node], bool]  # the CEL expression in Python, on the same node
     field_path: str = ""  # where under the node the apiserver reports a failure
-    # keys to name on failure where Python can be sharper than CEL (each unknown key)
+    # what under the node to name on failure, where Python can be sharper than CEL (each bad key)
     culprits: Callable[[Node], list[str]] | None = None
+    message_cel: str = ""  # a messageExpression, when the message names what failed
+    explain: Callable[[Node], str] | None = None  # its Python twin
 
     def problems(self, at: str, node: Node) -> list[Problem]:
         if self.holds(node):
             return []
+        message = self.message
+        if self.explain:
+            message = _as_the_apiserver_shows(self.explain(node), self.message)
         under = [f".{k}" for k in self.culprits(node)] if self.culprits else [self.field_path]
-        return [Problem(f"{at}{u}".lstrip("."), self.message) for u in under]
+        return [Problem(f"{at}{u}".lstrip("."), message) for u in under]
 
 
-def _present(keys) -> str:
-    """CEL: how many of these declared keys self has."""
-    return "[" + ", ".join(f"has(self.{k})" for k in keys) + "].filter(x, x).size()"
+def _as_the_apiserver_shows(evaluated: str, fallback: str) -> str:
+    """A messageExpression's result as reported: the static message when it is unfit to show."""
+    evaluated = evaluated.strip()
+    fit = (evaluated and "\n" not in evaluated
+           and len(evaluated.encode("utf-8", "surrogatepass")) <= MAX_EVALUATED_MESSAGE_BYTES)
+    return evaluated if fit else fallback
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lower_ascii(key: Any) -> str:
+    """CEL's lowerAscii(): only A-Z change (str.lower would fold other letters too)."""
+    return str(key).translate(_ASCII_LOWER)
+
+
+def _cel_list(values) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
 def _name_ok(obj: Node) -> bool:
@@ -109,8 +129,50 @@ def _name_ok(obj: Node) -> bool:
     return not isinstance(name, str) or is_dns1035_label(name)  # a non-string is the schema's to report
 
 
-def _undeclared(specs: Node) -> list[str]:
-    return [k for k in specs if k not in REPLICA_KEYS]
+def _unknown_keys(specs: Node) -> list[str]:
+    return [str(k) for k in specs if lower_ascii(k) not in KNOWN_TYPES_LOWER]
+
+
+def _same_type_keys(specs: Node) -> list[str]:
+    """Keys that another key equals but for case (WORKER and worker: both)."""
+    keys = [str(k) for k in specs]
+    return [k for k in keys if any(j != k and lower_ascii(j) == lower_ascii(k) for j in keys)]
+
+
+def _duplicate_message(specs: Node) -> str:
+    """The two smallest keys of one type (CEL's map order is random: min() makes it one message)."""
+    same = _same_type_keys(specs)
+    first = min(same)
+    return duplicate_message(first, min(j for j in same if j != first and lower_ascii(j) == lower_ascii(first)))
+
+
+def _same_type_cel(x: str, y: str) -> str:
+    return f"{y} != {x} && {y}.lowerAscii() == {x}.lowerAscii()"
+
+
+# The same in CEL, built from comprehensions over the map itself: a key they range over has a size
+# the apiserver's cost estimate knows, while the result of min() has none (a message made from it is
+# refused as too costly). k: the smallest key of a duplicate; j: the smallest other key of its type.
+_IS_DUPLICATE = "self.exists(a, {})".format(_same_type_cel("{x}", "a"))
+_FIRST = ("{dup_k} && !self.exists(m, {dup_m} && m < k)"
+          .format(dup_k=_IS_DUPLICATE.format(x="k"), dup_m=_IS_DUPLICATE.format(x="m")))
+_SECOND = f"{_same_type_cel('k', 'j')} && !self.exists(n, {_same_type_cel('k', 'n')} && n < j)"
+_DUPLICATE_CEL = (f"self.map(k, {_FIRST}, self.map(j, {_SECOND}, "
+                  + f"'{duplicate_message(chr(0), chr(1))}'".replace(chr(0), "' + k + '").replace(chr(1), "' + j + '")
+                  + "))[0][0]")
+
+
+def _replicas_above_one(types_lower) -> Callable[[Node], list[str]]:
+    """The `<key>.replicas` of each key of these types asking for more than one replica."""
+    def culprits(specs: Node) -> list[str]:
+        return [f"{k}.replicas" for k, spec in specs.items()
+                if lower_ascii(k) in types_lower and isinstance(spec, Mapping) and not _at_most_one_replica(spec)]
+    return culprits
+
+
+def _replicas_above_one_cel(types_lower) -> str:
+    return (f"self.all(k, !(k.lowerAscii() in {_cel_list(types_lower)}) "
+            "|| !has(self[k].replicas) || self[k].replicas <= 1)")
 
 
 def _at_most_one_replica(spec: Node) -> bool:
@@ -127,42 +189,32 @@ def _replica_count(spec: Any) -> int:
 
 
 def _total_replicas(specs: Node) -> int:
-    return sum(_replica_count(specs.get(k)) for k in REPLICA_KEYS if k in specs)
+    return sum(_replica_count(spec) for spec in specs.values())
 
-
-def _total_cel() -> str:
-    """CEL: the sum of replicas over the declared keys (unset replicas count 1, an absent type 0)."""
-    terms = [f"(has(self.{k}) ? (has(self.{k}.replicas) ? self.{k}.replicas : 1) : 0)" for k in REPLICA_KEYS]
-    return " + ".join(terms)
-
-
-def _under_specs(keys) -> tuple[str, ...]:
-    return tuple(f"{REPLICA_SPECS}.{k}" for k in keys)
-
-
-_AT_MOST_ONE = "!has(self.replicas) || self.replicas <= 1"
 
 NAME = Rule((ROOT,), f"!has(self.metadata.name) || (size(self.metadata.name) <= {NAME_MAX}"
             f" && self.metadata.name.matches('{NAME_PATTERN}'))", MSG_NAME, _name_ok,
             ".metadata.name")
-NOT_EMPTY = Rule((REPLICA_SPECS,), "size(dyn(self)) > 0", MSG_EMPTY, lambda specs: len(specs) > 0)
-DECLARED_KEYS = Rule((REPLICA_SPECS,), f"size(dyn(self)) == {_present(REPLICA_KEYS)}", MSG_UNKNOWN,
-                     lambda specs: not _undeclared(specs), culprits=_undeclared)
-ONE_SPELLING = Rule(
-    (REPLICA_SPECS,), " && ".join(f"!(has(self.{t}) && has(self.{t.lower()}))" for t in REPLICA_TYPES),
-    MSG_DUPLICATE, lambda specs: not any(t in specs and t.lower() in specs for t in REPLICA_TYPES))
-ONE_CHIEF = Rule((REPLICA_SPECS,), f"{_present(CHIEF_KEYS)} <= 1", MSG_ONE_CHIEF,
-                 lambda specs: sum(k in specs for k in CHIEF_KEYS) <= 1)
-ONE_CHIEF_REPLICA = Rule(_under_specs(CHIEF_KEYS), _AT_MOST_ONE, MSG_CHIEF_REPLICAS,
-                         _at_most_one_replica, ".replicas")
-ONE_EVALUATOR_REPLICA = Rule(_under_specs(EVALUATOR_KEYS), _AT_MOST_ONE, MSG_EVALUATOR_REPLICAS,
-                             _at_most_one_replica, ".replicas")
-
-TOTAL_REPLICAS = Rule((REPLICA_SPECS,), f"{_total_cel()} <= {MAX_JOB_REPLICAS}", MSG_TOTAL_REPLICAS,
-                      lambda specs: _total_replicas(specs) <= MAX_JOB_REPLICAS)
+NOT_EMPTY = Rule((REPLICA_SPECS,), "size(self) > 0", MSG_EMPTY, lambda specs: len(specs) > 0)
+KNOWN_KEYS = Rule((REPLICA_SPECS,), f"self.all(k, k.lowerAscii() in {_cel_list(KNOWN_TYPES_LOWER)})",
+                  MSG_UNKNOWN, lambda specs: not _unknown_keys(specs), culprits=_unknown_keys)
+ONE_SPELLING = Rule((REPLICA_SPECS,), "self.all(k, !self.exists(j, j != k && j.lowerAscii() == k.lowerAscii()))",
+                    MSG_DUPLICATE, lambda specs: not _same_type_keys(specs),
+                    message_cel=_DUPLICATE_CEL, explain=_duplicate_message)
+ONE_CHIEF = Rule((REPLICA_SPECS,), f"self.filter(k, k.lowerAscii() in {_cel_list(CHIEF_TYPES_LOWER)}).size() <= 1",
+                 MSG_ONE_CHIEF, lambda specs: sum(lower_ascii(k) in CHIEF_TYPES_LOWER for k in specs) <= 1)
+ONE_CHIEF_REPLICA = Rule((REPLICA_SPECS,), _replicas_above_one_cel(CHIEF_TYPES_LOWER), MSG_CHIEF_REPLICAS,
+                         lambda specs: not _replicas_above_one(CHIEF_TYPES_LOWER)(specs),
+                         culprits=_replicas_above_one(CHIEF_TYPES_LOWER))
+ONE_EVALUATOR_REPLICA = Rule((REPLICA_SPECS,), _replicas_above_one_cel(("evaluator",)), MSG_EVALUATOR_REPLICAS,
+                             lambda specs: not _replicas_above_one(("evaluator",))(specs),
+                             culprits=_replicas_above_one(("evaluator",)))
+TOTAL_REPLICAS = Rule((REPLICA_SPECS,),
+                      f"self.map(k, has(self[k].replicas) ? self[k].replicas : 1).sum() <= {MAX_JOB_REPLICAS}",
+                      MSG_TOTAL_REPLICAS, lambda specs: _total_replicas(specs) <= MAX_JOB_REPLICAS)
 
 # In the order the checks report (and the CRD lists) them.
-RULES = (NAME, NOT_EMPTY, DECLARED_KEYS, ONE_SPELLING, ONE_CHIEF, ONE_CHIEF_REPLICA,
+RULES = (NAME, NOT_EMPTY, KNOWN_KEYS, ONE_SPELLING, ONE_CHIEF, ONE_CHIEF_REPLICA,
          ONE_EVALUATOR_REPLICA, TOTAL_REPLICAS)
 
 

@@ -225,5 +225,16 @@ def schema_problems(obj: dict) -> list[Problem]:
                     key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
         problems += _problems_of(error)
-    problems += rule_problems(obj)
+    if not any(_blocks_rules(error) for error in errors):
+        problems += rule_problems(obj)
     return list(dict.fromkeys(problems))  # de-duplicated, order kept
+
+
+# The apiserver runs no CEL rule once the object has one of these errors (Unsupported value, Required,
+# Too long, Too many, a wrong type); an unknown field fails `kubectl apply` before validation.
+_BLOCKING = {"enum", "required", "maxLength", "maxItems", "maxProperties", "type"}
+
+
+def _blocks_rules(error) -> bool:
+    return error.validator in _BLOCKING or (error.validator == "additionalProperties"
+                                            and error.validator_value is False)
