@@ -127,6 +127,7 @@ RESTART_TABLE = [
     (None, "OnFailure", "OnFailure"),
     ("ExitCode", "OnFailure", "Never"),
     ("Never", "Always", "Never"),
+    (None, None, "Never"),  # the replica's default, as upstream
 ]
 
 
@@ -135,6 +136,26 @@ def test_pod_restart_policy(policy, in_template, pod_policy):
     extra = {"restartPolicy": in_template} if in_template else {}
     job = model(tfjob({"Worker": rspec(restart_policy=policy, template=pod_template(**extra))}))
     assert _pod(job, "Worker", 0)["spec"]["restartPolicy"] == pod_policy
+
+
+# Decided (README, Differences): a restartPolicy written only in the pod template is the replica's,
+# where upstream v1.9 overrides it with Never; either way the user is told, once, in an Event.
+# (replica restartPolicy, template restartPolicy, the note)
+RESTART_NOTES = [
+    (None, "OnFailure", "Worker: restartPolicy OnFailure taken from the pod template; "
+                        "set spec.tfReplicaSpecs.Worker.restartPolicy instead"),
+    ("Never", "Always", "Worker: pod template restartPolicy Always ignored in favour of "
+                        "the replica's restartPolicy Never"),
+    ("OnFailure", "OnFailure", None),
+    (None, None, None),
+]
+
+
+@pytest.mark.parametrize("policy,in_template,note", RESTART_NOTES)
+def test_template_restart_policy_is_announced(policy, in_template, note):
+    extra = {"restartPolicy": in_template} if in_template else {}
+    notes = normalize(tfjob({"Worker": rspec(restart_policy=policy, template=pod_template(**extra))})).notes
+    assert [n for n in notes if "restartPolicy" in n] == ([note] if note else [])
 
 
 def test_template_metadata_kept_operator_labels_win():

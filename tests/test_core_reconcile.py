@@ -10,6 +10,7 @@ from tfop.api import conditions as S
 from tfop.api.normalize import normalize
 from tfop.core.plan import Event
 from tfop.core.context import Observed
+from tfop.core.indexes import parse_indexes
 
 
 def _pods_svcs(*names_):
@@ -572,3 +573,209 @@ def test_a_finished_jobs_replica_counts_stay_as_they_were():
     status = plan.status or job.status
     got = status["replicaStatuses"]["Worker"]
     assert (got["active"], got["succeeded"], got["failed"]) == (0, 2, 0)
+
+
+# -- enableDynamicWorker (upstream v1.9: a failed worker pod restarts as its restartPolicy says;
+#    ExitCode with a code < 128 fails the job; only Never's failures are left alone) ---------------
+# (description, worker restartPolicy, failed worker-1 state, last condition, deleted)
+DYNAMIC_TABLE = [
+    ("Never, exit 1: left Failed, job runs on", "Never", dict(phase="Failed", exit_code=1), "Running", []),
+    ("Never, exit 137: left Failed too", "Never", dict(phase="Failed", exit_code=137), "Running", []),
+    ("OnFailure, evicted: restarted", "OnFailure", dict(phase="Failed", reason="Evicted"), "Restarting",
+     ["Pod/tf-job-worker-1"]),
+    ("Always, exit 1: restarted", "Always", dict(phase="Failed", exit_code=1), "Restarting", ["Pod/tf-job-worker-1"]),
+    ("ExitCode 137: restarted", "ExitCode", dict(phase="Failed", exit_code=137), "Restarting",
+     ["Pod/tf-job-worker-1"]),
+    ("ExitCode, evicted (no code): restarted", "ExitCode", dict(phase="Failed", reason="Evicted"), "Restarting",
+     ["Pod/tf-job-worker-1"]),
+    ("ExitCode 1: the job fails", "ExitCode", dict(phase="Failed", exit_code=1), "Failed", []),
+]
+
+
+@pytest.mark.parametrize("desc,policy,state,last,deleted", DYNAMIC_TABLE, ids=[r[0] for r in DYNAMIC_TABLE])
+def test_dynamic_worker_failures(desc, policy, state, last, deleted):
+    job = model(tfjob({"PS": 1, "Worker": rspec(replicas=3, restart_policy=policy)}, enableDynamicWorker=True))
+    job = with_status(job, **running_status())
+    plan = run(job, observed(job, worker_1=state))
+    status = plan.status or job.status
+    assert (last_condition(status)["type"], last_condition(status)["status"]) == (last, "True")
+    assert refs(plan) == deleted
+    assert plan.create == []
+    assert (plan.status or job.status)["replicaStatuses"]["Worker"]["failed"] == 1
+    if last == "Failed":
+        assert last_condition(status)["message"].endswith("tf-job-worker-1 exited with code 1.")
+
+
+def test_dynamic_worker_leaves_other_types_as_they_are():
+    job = model(tfjob({"PS": 1, "Worker": 2}, enableDynamicWorker=True))
+    job = with_status(job, **running_status())
+    plan = run(job, observed(job, ps_0=dict(phase="Failed", exit_code=1)))
+    assert last_condition(plan.status)["type"] == "Failed"
+
+
+# -- a succeeded pod deleted later stays succeeded (#1186 while the job runs) --------------------
+def _chief_job(workers=3, **spec):
+    return model(tfjob({"Chief": 1, "Worker": workers}, **spec))
+
+
+def _counts(status, rtype):
+    got = status["replicaStatuses"][rtype]
+    return got["active"], got["succeeded"], got["failed"]
+
+
+def test_succeeded_index_is_remembered_then_not_recreated():
+    job = with_status(_chief_job(), **running_status())
+    plan = run(job, observed(job, worker_1=OK))
+    assert plan.status["succeededIndexes"] == {"Worker": "1"}
+    assert _counts(plan.status, "Worker") == (2, 1, 0)
+    # the succeeded pod is deleted (garbage collection of completed pods, an eviction, a user)
+    job = with_status(job, **plan.status)
+    plan = run(job, observed(job, worker_1=None))
+    assert plan.create == [] and plan.delete == []
+    assert plan.status is None  # nothing changed: it still counts as succeeded
+    assert _counts(job.status, "Worker") == (2, 1, 0)
+    # the chief finishes: the job succeeds with worker-1 counted succeeded
+    plan = run(job, observed(job, worker_1=None, chief_0=OK))
+    assert last_condition(plan.status)["type"] == "Succeeded"
+    assert _counts(plan.status, "Worker") == (0, 3, 0) and _counts(plan.status, "Chief") == (0, 1, 0)
+
+
+# (description, replicas, spec extras, recorded status, pod overrides, expected succeededIndexes, created)
+INDEX_TABLE = [
+    ("ranges, with the pods present", {"Chief": 1, "Worker": 8}, {}, None,
+     _w(0, 1, 2, 3, 7, **OK), {"Worker": "0-3,7"}, []),
+    ("recorded, pods gone: kept, not created", {"Chief": 1, "Worker": 8}, {}, {"Worker": "0-3,7"},
+     {**_w(0, 1, 2, 3, 7, **{}), **{f"worker_{i}": None for i in (0, 1, 2, 3, 7)}}, {"Worker": "0-3,7"}, []),
+    ("recorded and observed merge", {"Chief": 1, "Worker": 4}, {}, {"Worker": "0"},
+     {"worker_0": None, **_w(2, **OK)}, {"Worker": "0,2"}, []),
+    ("a pod running at a remembered index decides", {"Chief": 1, "Worker": 4}, {}, {"Worker": "1-2"},
+     {}, None, []),
+    ("scaled down: indices past replicas dropped", {"Chief": 1, "Worker": 2}, {}, {"Worker": "0-5"},
+     {"worker_0": None, "worker_1": None}, {"Worker": "0-1"}, []),
+    ("malformed memory ignored, missing pod created", {"Chief": 1, "Worker": 2}, {}, {"Worker": "x,-3,9-"},
+     {"worker_1": None}, None, ["Pod/tf-job-worker-1"]),
+    ("a terminating succeeded pod is not remembered", {"Chief": 1, "Worker": 2}, {}, None,
+     {"worker_1": dict(deleting=True, **OK)}, None, []),
+    ("AllWorkers: deleted succeeded workers count", {"PS": 1, "Worker": 3}, {"successPolicy": "AllWorkers"},
+     {"Worker": "0-1"}, {"worker_0": None, "worker_1": None}, {"Worker": "0-1"}, []),
+]
+
+
+@pytest.mark.parametrize("desc,replicas,extra,recorded,overrides,expected,created", INDEX_TABLE,
+                         ids=[r[0] for r in INDEX_TABLE])
+def test_succeeded_indexes(desc, replicas, extra, recorded, overrides, expected, created):
+    job = model(tfjob(replicas, **extra))
+    status = running_status(**({"succeededIndexes": recorded} if recorded is not None else {}))
+    job = with_status(job, **status)
+    plan = run(job, observed(job, **overrides))
+    after = plan.status or job.status
+    assert after.get("succeededIndexes") == expected
+    assert names(plan.create) == created
+    assert after["replicaStatuses"]["Worker"]["succeeded"] == sum(
+        len(parse_indexes(text, 100)) for text in (expected or {}).values())
+
+
+def test_all_workers_succeed_with_deleted_ones_counted():
+    job = model(tfjob({"PS": 1, "Worker": 3}, successPolicy="AllWorkers"))
+    job = with_status(job, **running_status(succeededIndexes={"Worker": "0-1"}))
+    plan = run(job, observed(job, worker_0=None, worker_1=None, worker_2=OK))
+    assert last_condition(plan.status)["type"] == "Succeeded"
+    assert _counts(plan.status, "Worker") == (0, 3, 0)
+    assert plan.create == []
+
+
+def test_worker0_remembered_decides_success():
+    """Worker 0 succeeded and was deleted before the job's success was written (a crash): still success."""
+    job = model(tfjob({"PS": 1, "Worker": 3}))
+    job = with_status(job, **running_status(succeededIndexes={"Worker": "0"}))
+    plan = run(job, observed(job, worker_0=None))
+    assert last_condition(plan.status)["type"] == "Succeeded"
+    assert plan.create == []
+
+
+def test_suspend_forgets_succeeded_indexes():
+    job = model(tfjob({"Chief": 1, "Worker": 2}, runPolicy={"suspend": True}))
+    job = with_status(job, **running_status(succeededIndexes={"Worker": "1"}))
+    plan = run(job, observed(job, worker_1=None))
+    assert "succeededIndexes" not in plan.status
+    # resumed: every replica runs again
+    resumed = model(tfjob({"Chief": 1, "Worker": 2}))
+    resumed = with_status(resumed, **plan.status)
+    again = run(resumed, Observed())
+    assert "Pod/tf-job-worker-1" in names(again.create)
+
+
+def test_finished_job_keeps_its_succeeded_indexes_as_written():
+    """An operator restart writes nothing to a finished job, whatever its pods say now."""
+    job = _chief_job()
+    job = with_status(job, **running_status(ago(3600), cond(S.SUCCEEDED), completionTime=ago(5)))
+    written = run(job, Observed()).status  # finished before tfop remembered indices (or under upstream)
+    assert "succeededIndexes" not in written
+    plan = run(with_status(job, **written), observed(job, phase="Succeeded"))
+    assert plan.status is None
+
+
+def _gang_ctx():
+    from tfop.gang.registry import load_backend
+    backend, _ = load_backend("volcano")
+    return context(backend=backend, enable_gang_scheduling=True, gang_scheduler_name="volcano")
+
+
+def _gang_obs(job, vanished=(), **overrides):
+    from tfop.children.pod import PodOptions
+    from tfop.gang.registry import load_backend
+    ctx = _gang_ctx()
+    plan = run(job, Observed(), ctx=ctx)
+    group = {**plan.create_group, "metadata": {**plan.create_group["metadata"], "uid": "uid-group"},
+             "status": {"phase": "Running"}}
+    return Observed(pods=all_pods(job, "Running", **overrides), services=all_services(job), group=group,
+                    vanished=frozenset(vanished)), ctx
+
+
+def test_gang_deleted_succeeded_member_is_not_lost():
+    job = model(tfjob({"Chief": 1, "Worker": rspec(replicas=2, restart_policy="ExitCode")}))
+    job = with_status(job, **running_status(succeededIndexes={"Worker": "1"}))
+    obs, ctx = _gang_obs(job, vanished={"tf-job-worker-1"}, worker_1=None)
+    plan = run(job, obs, ctx=ctx)
+    assert plan.delete == [] and plan.create == []
+    status = plan.status or job.status
+    assert "restartCount" not in status
+    assert "reason" not in status.get("gang", {})  # 2 running + 1 succeeded: the gang is whole
+
+
+def test_gang_restart_forgets_succeeded_indexes():
+    job = model(tfjob({"Chief": 1, "Worker": rspec(replicas=2, restart_policy="ExitCode")}))
+    job = with_status(job, **running_status(succeededIndexes={"Worker": "1"}))
+    obs, ctx = _gang_obs(job, worker_1=None, worker_0=dict(phase="Failed", exit_code=137))
+    plan = run(job, obs, ctx=ctx)
+    assert plan.status["restartCount"] == 1
+    assert "succeededIndexes" not in plan.status
+    assert refs(plan) == ["Pod/tf-job-chief-0", "Pod/tf-job-worker-0"]
+    # once the old members are gone the whole gang, worker-1 included, is created again
+    job = with_status(job, **plan.status)
+    again = run(job, Observed(services=all_services(job), group=obs.group), ctx=ctx)
+    assert sorted(names(again.create)) == ["Pod/tf-job-chief-0", "Pod/tf-job-worker-0", "Pod/tf-job-worker-1"]
+
+
+# -- backoffLimit: kubelet restarts and tfop's re-creations add up ---------
+def test_backoff_adds_recreations_to_kubelet_restarts():
+    job = model(tfjob({"Worker": rspec(replicas=2, restart_policy="OnFailure")}, runPolicy={"backoffLimit": 2}))
+    job = with_status(job, **running_status(restartCount=2))
+    plan = run(job, observed(job, worker_0=dict(restarts=1)))
+    assert last_condition(plan.status)["type"] == "Failed"
+    ok = run(with_status(job, **running_status(restartCount=1)), observed(job, worker_0=dict(restarts=1)))
+    assert (ok.status or job.status)["conditions"][-1]["type"] == "Running"
+
+
+def test_gang_requeue_forgets_the_succeeded_pods_it_deletes():
+    """After scheduleTimeoutSeconds with on-schedule-timeout Requeue every pod is created again,
+    a succeeded one too: it is not remembered."""
+    job = model(tfjob({"Chief": 1, "Worker": 2}, annotations={"tfop.kubeflow.org/on-schedule-timeout": "Requeue"},
+                      runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 60}}))
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(61),
+                      gang={"backend": "volcano", "group": "tf-job", "phase": "Inqueue", "reason": "Pending",
+                            "message": "pending", "since": ago(61)})
+    obs, ctx = _gang_obs(job, chief_0=dict(phase="Pending"), worker_0=dict(phase="Pending"), worker_1=OK)
+    plan = run(job, obs, ctx=ctx)
+    assert "Pod/tf-job-worker-1" in refs(plan)
+    assert "succeededIndexes" not in plan.status

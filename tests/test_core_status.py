@@ -124,3 +124,42 @@ def test_timestamp_ceil_never_earlier_than_now():
     exact = datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
     assert S.timestamp_ceil(exact) == "2026-01-01T00:00:05Z"
     assert S.timestamp_ceil(exact.replace(microsecond=1)) == "2026-01-01T00:00:06Z"
+
+
+# -- status.succeededIndexes: the compact text of a set of indices ------------------------------------
+from tfop.core.indexes import format_indexes, parse_indexes  # noqa: E402
+
+# (indices, text)
+INDEX_TEXT = [
+    (set(), ""),
+    ({0}, "0"),
+    ({0, 1}, "0-1"),
+    ({0, 1, 2, 3, 7}, "0-3,7"),
+    ({1, 3, 5}, "1,3,5"),
+    ({4, 5, 6, 9, 10, 12}, "4-6,9-10,12"),
+    (set(range(5000)), "0-4999"),
+]
+
+
+@pytest.mark.parametrize("indices,text", INDEX_TEXT, ids=[t or "empty" for _, t in INDEX_TEXT])
+def test_indexes_round_trip(indices, text):
+    assert format_indexes(indices) == text
+    assert parse_indexes(text, 5000) == frozenset(indices)
+
+
+# (text, replicas now, indices read)
+PARSE_TABLE = [
+    ("0-3,7", 5, {0, 1, 2, 3}),            # past the replicas: dropped (scaled down)
+    ("0-999999999999", 3, {0, 1, 2}),      # bounded by the replicas, whatever the text says
+    (" 2 , 0", 4, {0, 2}),
+    ("x,-1,3-,1-a,,5", 10, {5}),           # malformed parts skipped
+    ("3-1", 10, set()),
+    ("0-3", 0, set()),
+    (None, 3, set()),
+    (7, 3, set()),
+]
+
+
+@pytest.mark.parametrize("text,below,expected", PARSE_TABLE, ids=[repr(r[0]) for r in PARSE_TABLE])
+def test_parse_indexes(text, below, expected):
+    assert parse_indexes(text, below) == frozenset(expected)

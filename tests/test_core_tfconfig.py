@@ -49,10 +49,37 @@ TABLE = [
      _cfg('{"master":["tf-job-master-0.ml.svc:2222"],"worker":["tf-job-worker-0.ml.svc:2222"]}', "master", 0)),
     ("single-pod job", _job({"Worker": 1}), "Worker", 0, "", None),
     ("single pod, other types at 0 replicas", _job({"Worker": 1, "PS": 0}), "Worker", 0, "", None),
-    ("dynamic worker: worker sees all PS and itself", DYN, "Worker", 2, "",
-     _cfg(f'{{"ps":{DYN_PS},"worker":{{"2":"tf-job-worker-2.ml.svc:2222"}}}}', "worker", 2)),
-    ("dynamic worker: PS sees all PS", DYN, "PS", 1, "", _cfg(f'{{"ps":{DYN_PS}}}', "ps", 1)),
 ]
+
+
+def _sparse(cluster, rtype, index):
+    return f'{{"cluster":{cluster},"task":{{"type":"{rtype}","index":{index}}}}}'
+
+
+DYN_CHIEF = _job({"Chief": 1, "Worker": 2, "Evaluator": 1}, enableDynamicWorker=True)
+DYN_PS0 = _job({"PS": 0, "Worker": 2}, enableDynamicWorker=True)
+# upstream v1.9's sparse TF_CONFIG (enableDynamicWorker), byte for byte: Go's field order (worker, ps),
+# no "environment"; a worker sees itself and every PS, a PS only itself, any other type neither.
+SPARSE_TABLE = [
+    ("worker sees itself and every PS", DYN, "Worker", 2, "",
+     _sparse(f'{{"worker":{{"2":"tf-job-worker-2.ml.svc:2222"}},"ps":{DYN_PS}}}', "worker", 2)),
+    ("worker 0", DYN, "Worker", 0, "",
+     _sparse(f'{{"worker":{{"0":"tf-job-worker-0.ml.svc:2222"}},"ps":{DYN_PS}}}', "worker", 0)),
+    ("PS sees only itself", DYN, "PS", 1, "",
+     _sparse('{"worker":{},"ps":["tf-job-ps-1.ml.svc:2222"]}', "ps", 1)),
+    ("chief sees no one", DYN_CHIEF, "Chief", 0, "", _sparse('{"worker":{},"ps":[]}', "chief", 0)),
+    ("evaluator sees no one", DYN_CHIEF, "Evaluator", 0, "", _sparse('{"worker":{},"ps":[]}', "evaluator", 0)),
+    ("no PS type: Go's nil list is null", DYN_CHIEF, "Worker", 1, "",
+     _sparse('{"worker":{"1":"tf-job-worker-1.ml.svc:2222"},"ps":null}', "worker", 1)),
+    ("PS type at 0 replicas: an empty list", DYN_PS0, "Worker", 1, "",
+     _sparse('{"worker":{"1":"tf-job-worker-1.ml.svc:2222"},"ps":[]}', "worker", 1)),
+    ("cluster domain and ports", _job({"PS": _port(3333), "Worker": {**_port(4444), "replicas": 12}},
+                                      enableDynamicWorker=True), "Worker", 11, "cluster.local",
+     _sparse('{"worker":{"11":"tf-job-worker-11.ml.svc.cluster.local:4444"},'
+             '"ps":["tf-job-ps-0.ml.svc.cluster.local:3333"]}', "worker", 11)),
+    ("single pod: none", _job({"Worker": 1}, enableDynamicWorker=True), "Worker", 0, "", None),
+]
+TABLE += SPARSE_TABLE
 
 
 @pytest.mark.parametrize("desc,job,rtype,index,domain,expected", TABLE, ids=[r[0] for r in TABLE])
@@ -74,13 +101,15 @@ def _reference(job, rtype, index, domain=""):
     if job.total_replicas == 1:
         return None
     full = cluster_spec(job, domain)
-    cluster = full
-    if job.dynamic_worker:
-        cluster = {"ps": full.get("ps", [])}
-        if rtype.lower() == "worker":
-            cluster["worker"] = {str(index): full["worker"][index]}
-    body = {"cluster": dict(sorted(cluster.items())), "task": {"type": rtype.lower(), "index": index},
-            "environment": "cloud"}
+    task = {"type": rtype.lower(), "index": index}
+    if job.dynamic_worker:  # upstream's SparseClusterSpec{Worker map, PS list}; a missing PS list is nil
+        sparse = {"worker": {}, "ps": []}
+        if rtype == "Worker":
+            sparse = {"worker": {str(index): full["worker"][index]}, "ps": full.get("ps")}
+        elif rtype == "PS":
+            sparse["ps"] = [full["ps"][index]]
+        return json.dumps({"cluster": sparse, "task": task}, separators=(",", ":"))
+    body = {"cluster": dict(sorted(full.items())), "task": task, "environment": "cloud"}
     return json.dumps(body, separators=(",", ":"))
 
 

@@ -1,7 +1,8 @@
 """TF_CONFIG: the cluster spec TensorFlow reads to find its peers.
 
-Byte-for-byte what upstream's clients parse: Go's struct order at the top
-level (cluster, task, environment), sorted replica-type keys, no spaces.
+Byte-for-byte what upstream v1.9 writes: Go's struct order at the top
+level (cluster, task, environment), sorted replica-type keys, no spaces; with
+enableDynamicWorker its sparse form (no environment).
 The cluster part lists every pod of the job, so it is written once per job
 (ClusterConfig) and each pod only appends its task: building it per pod made
 a job of N pods cost N^2.
@@ -38,13 +39,15 @@ class ClusterConfig:
     def __init__(self, job: TFJob, cluster_domain: str = ""):
         self.job, self.cluster_domain = job, cluster_domain
         self.single = job.total_replicas == 1  # one pod needs no peers: no TF_CONFIG at all
+        self._cluster = ""
         if self.single:
-            self._cluster = ""
-        elif job.dynamic_worker:
-            # Sparse form: workers may come and go, so each sees every PS and only itself.
+            return
+        if job.dynamic_worker:
+            # The PS list a worker sees. Upstream copies its cluster map's PS entry, which a job
+            # without a PS type lacks: Go writes that missing list as null.
             ps = job.replica("PS")
             self._cluster = _json([host(job, "PS", i, ps.port(), cluster_domain) for i in range(ps.replicas)]
-                                  if ps is not None else [])
+                                  if ps is not None else None)
         else:
             self._cluster = _json(dict(sorted(cluster_spec(job, cluster_domain).items())))
 
@@ -52,15 +55,21 @@ class ClusterConfig:
         """The TF_CONFIG value for one pod, or None when the whole job is one pod."""
         if self.single:
             return None
-        task = rtype.lower()
-        cluster = self._cluster
+        task = f'"task":{{"type":{_json(rtype.lower())},"index":{_json(index)}}}'
         if self.job.dynamic_worker:
-            own = ""
-            if task == "worker":
-                address = host(self.job, "Worker", index, self.job.replica("Worker").port(), self.cluster_domain)
-                own = f',"worker":{{{_json(str(index))}:{_json(address)}}}'
-            cluster = f'{{"ps":{cluster}{own}}}'
-        return f'{{"cluster":{cluster},"task":{{"type":{_json(task)},"index":{_json(index)}}},"environment":"cloud"}}'
+            return f'{{"cluster":{self._sparse(rtype, index)},{task}}}'
+        return f'{{"cluster":{self._cluster},{task},"environment":"cloud"}}'
+
+    def _sparse(self, rtype: str, index: int) -> str:
+        """Upstream's sparse form (Go's field order: worker, then ps): a worker sees itself and every
+        PS, a PS only itself, any other type neither."""
+        if rtype == "Worker":
+            address = host(self.job, "Worker", index, self.job.replica("Worker").port(), self.cluster_domain)
+            return f'{{"worker":{{{_json(str(index))}:{_json(address)}}},"ps":{self._cluster}}}'
+        if rtype == "PS":
+            address = host(self.job, "PS", index, self.job.replica("PS").port(), self.cluster_domain)
+            return f'{{"worker":{{}},"ps":[{_json(address)}]}}'
+        return '{"worker":{},"ps":[]}'
 
 
 def tf_config(job: TFJob, rtype: str, index: int, cluster_domain: str = "") -> str | None:

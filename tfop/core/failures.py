@@ -8,6 +8,7 @@ from tfop.api.conditions import REASON, RESTARTING, RUNNING
 from tfop.api.constants import ANNOTATION_GANG_RESTART
 from tfop.core.context import Context
 from tfop.core.draft import Draft
+from tfop.core.view import SUCCEEDED_INDEXES
 from tfop.gang.base import GangShape
 
 # Exit codes >= 128 are signals (OOM kill 137, SIGTERM 143, Ctrl-C 130): worth a retry.
@@ -26,8 +27,7 @@ def handle_failures(draft: Draft, ctx: Context, shape: GangShape | None) -> bool
         detail = ", ".join(pods.failure_summary(p) for p in fatal)
         draft.fail(f"TFJob {view.id} has failed because {len(fatal)} {'/'.join(kinds)} replica(s) failed: {detail}.")
         return False
-    limit = view.job.run_policy.backoff_limit
-    if limit is not None and view.kubelet_restarts > limit:
+    if not _budget_left(draft, 0):
         return _out_of_budget(draft, "its containers restarted")
     lost = _lost_members(draft) if shape is not None else []
     if not restartable and not lost:
@@ -49,12 +49,12 @@ def _failed_pods(draft: Draft) -> tuple[list[Pod], list[Pod]]:
         replica = view.replica_of(pod)
         if replica is None or pods.phase(pod) != "Failed":
             continue
-        if view.job.dynamic_worker and replica.type == "Worker":
-            continue  # elastic workers may come and go
         code = pods.exit_code(pod)
         if replica.restart_policy in ("Always", "OnFailure") or (
                 replica.restart_policy == "ExitCode" and (code is None or code >= RETRYABLE_EXIT_CODE)):
             restartable.append(pod)
+        elif view.job.dynamic_worker and replica.type == "Worker" and replica.restart_policy == "Never":
+            continue  # elastic workers may come and go; retryable ones restart, ExitCode's others fail the job
         else:
             fatal.append(pod)
     return restartable, fatal
@@ -66,6 +66,7 @@ def _restart(draft: Draft, restartable: list[Pod], whole_gang: bool, why: str) -
     if whole_gang:
         draft.delete_pods(lambda pod: True)
         draft.status["restartCount"] = count + 1
+        draft.status[SUCCEEDED_INDEXES] = {}  # the gang starts again whole: every member runs again
         message = f"TFJob {view.id} restarts its whole gang because {why}."
         draft.event("Warning", "GangRestart", message)
     else:
@@ -97,9 +98,11 @@ def _lost_members(draft: Draft) -> list[str]:
     """Pods of a running gang deleted by someone else (a user, an eviction, a lost node).
 
     Only pods seen vanishing count: a pod that was never created (quota, a
-    create error) must not restart the whole gang again and again.
+    create error) must not restart the whole gang again and again. A pod that
+    succeeded before it was deleted finished its part: not lost.
     """
     view = draft.view
     if not draft.is_true(RUNNING) or not any(pods.is_active(p) for p in view.all_pods):
         return []
-    return [name for name in view.expected_names() if name not in view.pods and name in view.obs.vanished]
+    return [name for (replica, index), name in zip(view.expected, view.expected_names())
+            if name not in view.pods and name in view.obs.vanished and not view.is_done(replica, index)]

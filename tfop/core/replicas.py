@@ -69,7 +69,8 @@ def create_missing_pods(draft: Draft, ctx: Context, shape: GangShape | None) -> 
     warned: set[str] = set()
     cluster: ClusterConfig | None = None  # TF_CONFIG's cluster part: built once, and only if a pod is missing
     missing = ((replica, index) for replica, index in view.expected
-               if _missing(draft, "Pod", pod_name(view.job.name, replica.type, index), view.pods))
+               if not view.is_done(replica, index)  # succeeded, then deleted: finished is finished (#1186)
+               and _missing(draft, "Pod", pod_name(view.job.name, replica.type, index), view.pods))
     for replica, index in _batch(draft, missing):
         cluster = cluster or ClusterConfig(view.job, ctx.settings.cluster_domain)
         options = _pod_options(draft, ctx, replica, index, shape, cluster)

@@ -6,13 +6,15 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from tfop.api import conditions, pods
-from tfop.api.constants import LABEL_TYPE
+from tfop.api.constants import LABEL_INDEX, LABEL_TYPE
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.core.context import Observed
+from tfop.core.indexes import parse_indexes
 from tfop.core.ownership import claim
 
 KUBELET_RESTARTS = ("Always", "OnFailure")  # restart policies the kubelet carries out in place
 PHASE_COUNTERS = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}
+SUCCEEDED_INDEXES = "succeededIndexes"  # status: per replica type, the indices that succeeded ("0-3,7")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class JobView:
     foreign: Mapping[tuple[str, str], Mapping[str, Any]]  # by (kind, name): controlled by someone else
     expected: tuple[tuple[ReplicaSpec, int], ...]  # (replica, index) of every pod the spec asks for
     counts: Mapping[str, Mapping[str, int]]  # replica type -> active/succeeded/failed
+    # replica type -> indices that succeeded: the pods now, else the status's memory (a succeeded
+    # pod deleted since stays succeeded: never created again, never a lost gang member)
+    done: Mapping[str, frozenset[int]]
     succeeded: bool  # as the chief, else the workers, tell
     running: bool
     kubelet_restarts: int  # container restarts the kubelet made, counted against backoffLimit
@@ -41,15 +46,16 @@ class JobView:
         own_pods, own_services, own_group = (c.ours for c in claimed)
         by_name = {pods.name(p): p for p in own_pods}
         members = tuple(p for p in own_pods if not pods.terminating(p))
-        counts = _counts(job, members)
-        succeeded, running = _outcome(job, by_name, counts)
+        done, remembered = _succeeded_indexes(job, members)
+        counts = _counts(job, members, remembered)
+        succeeded, running = _outcome(job, by_name, counts, done)
         return cls(job=job, obs=obs, now=now, id=f"{job.namespace}/{job.name}", all_pods=own_pods, pods=by_name,
                    services={s["metadata"]["name"]: s for s in own_services},
                    group=own_group[0] if own_group else None, members=members,
                    adopt=tuple(o for c in claimed for o in c.adopt), stale=tuple(o for c in claimed for o in c.stale),
                    foreign={(o["kind"], o["metadata"]["name"]): o for c in claimed for o in c.foreign},
                    expected=tuple((r, i) for r in job.replicas for i in range(r.replicas)),
-                   counts=counts, succeeded=succeeded, running=running,
+                   counts=counts, done=done, succeeded=succeeded, running=running,
                    kubelet_restarts=_kubelet_restarts(job, own_pods))
 
     def expected_names(self) -> list[str]:
@@ -57,6 +63,13 @@ class JobView:
 
     def replica_of(self, pod: Mapping[str, Any]) -> ReplicaSpec | None:
         return replica_of(self.job, pod)
+
+    def is_done(self, replica: ReplicaSpec, index: int) -> bool:
+        """This replica's pod succeeded (it may have been deleted since)."""
+        return index in self.done.get(replica.type, ())
+
+    def succeeded_total(self) -> int:
+        return sum(c["succeeded"] for c in self.counts.values())
 
     def elapsed_since(self, stamp: str | None) -> float | None:
         start = conditions.parse_time(stamp)
@@ -83,8 +96,36 @@ def _kubelet_restarts(job: TFJob, all_pods) -> int:
     return total
 
 
-def _counts(job: TFJob, members) -> dict[str, dict[str, int]]:
-    counts = {r.type: {"active": 0, "succeeded": 0, "failed": 0} for r in job.replicas}
+def _index(pod: Mapping[str, Any]) -> int | None:
+    text = (pod["metadata"].get("labels") or {}).get(LABEL_INDEX, "")
+    return int(text) if text.isdigit() else None
+
+
+def _succeeded_indexes(job: TFJob, members) -> tuple[dict[str, frozenset[int]], dict[str, int]]:
+    """(replica type -> indices that succeeded, replica type -> how many of them have no pod now).
+
+    A pod present decides its index; an index without one is succeeded when the status remembers
+    it. Terminating pods are not read: a whole-gang restart deletes succeeded pods too, and they
+    must not be remembered again while they go."""
+    recorded = job.status.get(SUCCEEDED_INDEXES)
+    recorded = recorded if isinstance(recorded, Mapping) else {}
+    present: dict[str, dict[int, str]] = {r.type: {} for r in job.replicas}
+    for pod in members:
+        replica, index = replica_of(job, pod), _index(pod)
+        if replica is not None and index is not None:
+            present[replica.type][index] = pods.phase(pod)
+    done, remembered = {}, {}
+    for replica in job.replicas:
+        now = present[replica.type]
+        kept = {i for i in parse_indexes(recorded.get(replica.type), replica.replicas) if i not in now}
+        succeeded_now = {i for i, phase in now.items() if phase == "Succeeded" and i < replica.replicas}
+        done[replica.type] = frozenset(kept | succeeded_now)
+        remembered[replica.type] = len(kept)
+    return done, remembered
+
+
+def _counts(job: TFJob, members, remembered: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    counts = {r.type: {"active": 0, "succeeded": remembered[r.type], "failed": 0} for r in job.replicas}
     for pod in members:
         replica = replica_of(job, pod)
         key = PHASE_COUNTERS.get(pods.phase(pod))
@@ -93,7 +134,7 @@ def _counts(job: TFJob, members) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _outcome(job: TFJob, by_name, counts) -> tuple[bool, bool]:
+def _outcome(job: TFJob, by_name, counts, done) -> tuple[bool, bool]:
     """(succeeded, running): the chief decides; without one, the workers (worker 0 is enough
     unless successPolicy is AllWorkers)."""
     chief = job.chief
@@ -105,5 +146,5 @@ def _outcome(job: TFJob, by_name, counts) -> tuple[bool, bool]:
         return False, False
     worker0 = by_name.get(pod_name(job.name, "Worker", 0))
     all_done = workers.replicas > 0 and counts["Worker"]["succeeded"] >= workers.replicas
-    first_done = worker0 is not None and pods.phase(worker0) == "Succeeded"
+    first_done = 0 in done["Worker"] or (worker0 is not None and pods.phase(worker0) == "Succeeded")
     return all_done or (first_done and job.success_policy != "AllWorkers"), counts["Worker"]["active"] > 0
