@@ -382,21 +382,26 @@ VOLCANO_UNSCHEDULABLE = {"type": "Unschedulable", "status": "True", "reason": "N
                          "message": "3/3 tasks in gang unschedulable: pod group is not ready, 3 minAvailable"}
 POD_MESSAGE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 
-# (backend, group phase, group conditions, pods unschedulable?, expected status.gang)
+# (backend, group phase, group conditions, pods unschedulable?, expected status.gang): without a capacity
+# snapshot tfop's sentence says only what the gang waits for; the scheduler's words are kept beside it.
 GANG_STATUS_TABLE = [
     ("volcano", "Pending", [VOLCANO_UNSCHEDULABLE], False,
      {"backend": "volcano", "group": "tf-job", "phase": "Pending", "reason": "NotEnoughResources",
-      "message": "PodGroup is Pending: 3/3 tasks in gang unschedulable: pod group is not ready, 3 minAvailable",
+      "message": "waiting for volcano to place 3 pods as one gang",
+      "schedulerMessage": "PodGroup is Pending: 3/3 tasks in gang unschedulable: pod group is not ready, 3 minAvailable",
       "since": NOW_S}),
     ("volcano", "Inqueue", [], True,
      {"backend": "volcano", "group": "tf-job", "phase": "Inqueue", "reason": "Unschedulable",
-      "message": f"PodGroup is Inqueue; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+      "message": "waiting for volcano to place 3 pods as one gang",
+      "schedulerMessage": f"PodGroup is Inqueue; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
     ("scheduler-plugins", "Pending", [], True,
      {"backend": "scheduler-plugins", "group": "tf-job", "phase": "Pending", "reason": "Unschedulable",
-      "message": f"PodGroup is Pending; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+      "message": "waiting for scheduler-plugins to place 3 pods as one gang",
+      "schedulerMessage": f"PodGroup is Pending; 3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
     ("kube-arbitrator", None, [], True,
      {"backend": "kube-arbitrator", "group": "tf-job", "reason": "Unschedulable",
-      "message": f"3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
+      "message": "waiting for kube-arbitrator to place 3 pods as one gang",
+      "schedulerMessage": f"3/3 pods unschedulable: {POD_MESSAGE}", "since": NOW_S}),
 ]
 
 
@@ -534,15 +539,15 @@ def test_gang_message_keeps_the_cause_when_pods_only_echo_it():
     cause = f"PodGroup is Pending; 3/3 pods unschedulable: {POD_MESSAGE}"
     job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(5),
                       gang={"backend": "scheduler-plugins", "group": "tf-job", "phase": "Pending",
-                            "reason": "Unschedulable", "message": cause, "since": ago(5)})
+                            "reason": "Unschedulable", "schedulerMessage": cause, "since": ago(5)})
     pods = gang_pods(job, "scheduler-plugins", phase="Pending",
                      **{k: dict(unschedulable=echo) for k in ("ps_0", "worker_0", "worker_1")})
     plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("scheduler-plugins"))
-    assert plan.status is None or plan.status["gang"]["message"] == cause
+    assert plan.status is None or plan.status["gang"]["schedulerMessage"] == cause
     # a new phase is news: the echo is shown then
     moved = group_of(desired_group("scheduler-plugins"), phase="Scheduling")
     plan = run(job, Observed(pods=pods, services=all_services(job), group=moved), ctx=ctx("scheduler-plugins"))
-    assert echo in plan.status["gang"]["message"]
+    assert echo in plan.status["gang"]["schedulerMessage"]
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -574,3 +579,68 @@ def test_a_refused_group_create_waits_out_the_blockers_backoff():
     assert plan.requeue_after == pytest.approx(1.5)
     later = run(job, Observed(refusals=(refused,), refused_at=NOW - timedelta(seconds=3)), ctx=ctx("volcano"))
     assert later.create_group is not None  # tried again once the wait is over
+
+
+# -- tfop's own sentence, and one Warning Event per change of its cause (tfop/core/pending.py) ----------------
+def _gpu_job():
+    worker = rspec(replicas=2, template=pod_template(
+        {"name": "tensorflow", "image": "tf:2", "resources": {"limits": {"nvidia.com/gpu": "4"}}}))
+    return with_status(model(tfjob({"Worker": worker})), conditions=[cond(S.CREATED)], startTime=ago(5))
+
+
+def _room(*free_per_node):
+    from tfop.core.pending import Capacity, NodeRoom
+    return Capacity(tuple(NodeRoom(f"n{i}", {"nvidia.com/gpu": 4000, "cpu": 32000},  # in thousandths
+                                   {"nvidia.com/gpu": (4 - free) * 1000}) for i, free in enumerate(free_per_node)))
+
+
+def _pass(job, capacity):
+    group = group_of(desired_group("volcano", job), phase="Pending")
+    obs = Observed(services=all_services(job), group=group, capacity=capacity, queues={"default": "Open"})
+    return run(job, obs, ctx=ctx("volcano"))
+
+
+def test_waiting_gang_says_why_in_plain_words_and_posts_one_event_per_cause():
+    job = _gpu_job()
+    first = _pass(job, _room(1, 2))
+    gang = first.status["gang"]
+    assert gang["reason"] == "InsufficientResources"
+    assert gang["message"] == ("waiting for 8 nvidia.com/gpu for 2 pods as one gang; 3 are free on 2 nodes "
+                               "(at most 2 on one node)")
+    assert gang["schedulerMessage"].startswith("PodGroup is Pending")
+    assert first.status["message"] == gang["message"]  # the Message column
+    assert [(e.type, e.reason, e.message) for e in first.events] == [("Warning", "InsufficientResources", gang["message"])]
+
+    job = with_status(job, **first.status)
+    more_free = _pass(job, _room(2, 2))  # another count, the same cause: no Event
+    assert more_free.status["gang"]["message"].startswith("waiting for 8 nvidia.com/gpu for 2 pods as one gang; 4 are")
+    assert more_free.events == []
+
+    job = with_status(job, **more_free.status)
+    split = _pass(job, _room(2, 2, 2, 2))  # 8 free, but on no node 4 for one pod: a new cause, one Event
+    assert split.status["gang"]["reason"] == "NoNodeFitsPod"
+    assert [e.reason for e in split.events] == ["NoNodeFitsPod"]
+    job = with_status(job, **split.status)
+    assert _pass(job, _room(2, 2, 2, 2)).events == []
+
+    fits = _pass(job, _room(4, 4))  # room now: the scheduler's step again, nothing to warn about
+    assert fits.status["gang"]["reason"] == "PodGroupPending"
+    assert fits.status["gang"]["message"] == ("waiting for volcano to place 2 pods as one gang; the cluster's free "
+                                              "capacity fits them")
+    assert fits.events == []
+
+
+def test_a_closed_queue_is_said_before_resources():
+    job = _gpu_job()
+    group = group_of(desired_group("volcano", job), phase="Pending")
+    plan = run(job, Observed(services=all_services(job), group=group, capacity=_room(0),
+                             queues={"default": "Closed"}), ctx=ctx("volcano"))
+    assert (plan.status["gang"]["reason"], plan.status["gang"]["message"]) == ("QueueClosed", "queue default is closed")
+    assert [e.reason for e in plan.events] == ["QueueClosed"]
+
+
+def test_no_message_column_of_a_gang_that_runs():
+    job = _gpu_job()
+    plan = run(job, Observed(pods=gang_pods(job), services=all_services(job),
+                             group=group_of(desired_group("volcano", job), phase="Running")), ctx=ctx("volcano"))
+    assert "reason" not in plan.status["gang"] and plan.status["message"] == last_condition(plan.status)["message"]

@@ -79,7 +79,8 @@ CASES = {
                   "minResources": {"cpu": "1", "nvidia.com/gpu": "8"}}},
         {pod: PodMarkings(annotations={"scheduling.k8s.io/group-name": "tf-smoke-gpu",
                                        "volcano.sh/task-spec": pod[0].lower()}) for pod in PODS},
-        [{"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": VERBS}]),
+        [{"apiGroups": ["scheduling.volcano.sh"], "resources": ["queues"], "verbs": ["list", "watch"]},
+         {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": VERBS}]),
     "scheduler-plugins": (
         SchedulerPluginsBackend(),
         {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": metadata(),

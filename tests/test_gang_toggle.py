@@ -69,7 +69,7 @@ def test_toggle_rules_keeps_foreign_rules():
     volcano, _ = registry.load_backend("volcano")
     foreign = {"apiGroups": ["x.io"], "resources": ["things"], "verbs": ["get"]}
     rules = toggle_rules([foreign], True, volcano)
-    assert rules[0] == foreign and len(rules) == 4  # + priorityclasses, CRDs, podgroups
+    assert rules[0] == foreign and len(rules) == 7  # + priorityclasses, nodes, CRDs, queues, podgroups, Kueue's
     assert toggle_rules(rules, False, volcano) == [foreign]
 
 
@@ -97,14 +97,12 @@ def test_describe_args(old, new, want):
 def test_describe_rules():
     volcano, _ = registry.load_backend("volcano")
     base = rbac.operator_rules(None)
-    assert describe_rules(base, toggle_rules(base, True, volcano)) == [
-        "+ scheduling.k8s.io priorityclasses [list watch]",
-        "+ apiextensions.k8s.io customresourcedefinitions [get list]",
-        "+ scheduling.volcano.sh podgroups [create delete get list patch watch]"]
-    assert describe_rules(toggle_rules(base, True, volcano), base) == [
-        "- scheduling.k8s.io priorityclasses [list watch]",
-        "- apiextensions.k8s.io customresourcedefinitions [get list]",
-        "- scheduling.volcano.sh podgroups [create delete get list patch watch]"]
+    added = ["scheduling.k8s.io priorityclasses [list watch]", "core nodes [list watch]",
+             "apiextensions.k8s.io customresourcedefinitions [get list]", "scheduling.volcano.sh queues [list watch]",
+             "scheduling.volcano.sh podgroups [create delete get list patch watch]",
+             "kueue.x-k8s.io workloads,localqueues [list watch]"]
+    assert describe_rules(base, toggle_rules(base, True, volcano)) == [f"+ {r}" for r in added]
+    assert describe_rules(toggle_rules(base, True, volcano), base) == [f"- {r}" for r in added]
     assert describe_rules(base, base) == []
 
 
@@ -152,8 +150,11 @@ def test_apply_enable_twice_then_disable(fake):
     assert out == [
         "Deployment kubeflow/tfop: args += --enable-gang-scheduling --gang-scheduler-name volcano",
         "ClusterRole tfop: + scheduling.k8s.io priorityclasses [list watch]",
+        "ClusterRole tfop: + core nodes [list watch]",
         "ClusterRole tfop: + apiextensions.k8s.io customresourcedefinitions [get list]",
+        "ClusterRole tfop: + scheduling.volcano.sh queues [list watch]",
         "ClusterRole tfop: + scheduling.volcano.sh podgroups [create delete get list patch watch]",
+        "ClusterRole tfop: + kueue.x-k8s.io workloads,localqueues [list watch]",
     ]
     assert fake.args == ON and len(fake.patches) == 2
     again = apply_gang(fake, True, "volcano")
@@ -168,15 +169,16 @@ def test_apply_enable_twice_then_disable(fake):
 def test_apply_switch_backend(fake):
     apply_gang(fake, True, "volcano")
     out = apply_gang(fake, True, "kube-batch")
-    assert "ClusterRole tfop: - scheduling.volcano.sh podgroups" in out[1]
-    assert "ClusterRole tfop: + scheduling.incubator.k8s.io podgroups" in out[2]
+    assert "ClusterRole tfop: - scheduling.volcano.sh queues" in out[1]
+    assert "ClusterRole tfop: - scheduling.volcano.sh podgroups" in out[2]
+    assert "ClusterRole tfop: + scheduling.incubator.k8s.io podgroups" in out[3]
     kb, _ = registry.load_backend("kube-batch")
     assert fake.rules == rbac.operator_rules(kb)
 
 
 def test_apply_dry_run(fake):
     out = apply_gang(fake, True, "volcano", Target(), dry_run=True)
-    assert len(out) == 4 and fake.patches == [] and fake.args == OFF  # args, then 3 rules
+    assert len(out) == 7 and fake.patches == [] and fake.args == OFF  # args, then 6 rules
 
 
 @pytest.mark.cluster

@@ -133,8 +133,10 @@ def test_namespaced_install(variant):
 def test_namespaced_rules_split_by_scope():
     volcano, _ = registry.load_backend("volcano")
     namespaced, cluster = rbac.split_by_scope(rbac.operator_rules(volcano))
-    assert [r["resources"] for r in cluster] == [["priorityclasses"], ["customresourcedefinitions"]]
-    assert namespaced == rbac.operator_rules(None) + [rbac.canonical_rule(r) for r in volcano.rbac_rules]
+    assert [r["resources"] for r in cluster] == [["priorityclasses"], ["nodes"], ["customresourcedefinitions"],
+                                                  ["queues"]]
+    assert namespaced == rbac.operator_rules(None) + [rbac.canonical_rule(r) for r in (
+        *volcano.rbac_rules, *rbac.KUEUE_RULES) if not rbac.is_cluster_scoped(r)]
 
 
 @pytest.mark.parametrize("bad", ["Team", "a_b", "-a", "a" * 64, ""])

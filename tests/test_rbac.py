@@ -63,6 +63,25 @@ def test_gang_rules_follow_the_backend(name):
     assert {("scheduling.k8s.io", "priorityclasses", v) for v in ("list", "watch")} <= perms
 
 
+@pytest.mark.parametrize("name", sorted(CRD_VERBS))
+def test_reads_that_explain_a_waiting_gang_come_with_the_gang_only(name):
+    """Nodes (and the pods bound to them, which the base pods rule lists), Kueue's Workloads and
+    LocalQueues with every backend; Volcano's Queues with Volcano only. Only reads; none without a gang."""
+    backend, _ = registry.load_backend(name)
+    perms = set(rbac.permissions(rbac.operator_rules(backend)))
+    reads = {("", "nodes"), ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "localqueues")}
+    if name == "volcano":
+        reads.add(("scheduling.volcano.sh", "queues"))
+    assert {(g, r, v) for g, r in reads for v in ("list", "watch")} <= perms
+    assert not {p for p in perms if (p[0], p[1]) in reads | {("scheduling.volcano.sh", "queues")}
+                and p[2] not in ("list", "watch")}
+    assert (("scheduling.volcano.sh", "queues", "list") in perms) == (name == "volcano")
+    plain = set(rbac.permissions(rbac.operator_rules(None)))
+    assert not {p for p in plain if (p[0], p[1]) in reads}
+    _namespaced, cluster = rbac.split_by_scope(rbac.operator_rules(backend))
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]} in cluster
+
+
 @pytest.mark.parametrize("name", registry.backend_names())
 def test_backend_rules_added_once(name):
     backend, _ = registry.load_backend(name)

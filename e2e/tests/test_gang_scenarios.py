@@ -140,7 +140,7 @@ def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, 
         # Pending (its enqueue action found too few idle GPUs), tfop's account of what it waits for.
         def explained():
             gang = gang_status(api, namespace, name)
-            msg = gang.get("message", "").lower()
+            msg = gang.get("schedulerMessage", "").lower()
             tried = "unschedulable" in msg and "insufficient nvidia.com/gpu" in msg
             enqueue = backend == "volcano" and "minresources" in msg and "nvidia.com/gpu 8" in msg
             return gang if tried or enqueue else None

@@ -159,4 +159,6 @@ def test_helm_template_namespaced_gang(cluster, namespace, request):
         env.kubectl("get", PODGROUPS, "gang", check=False).returncode == 0
         and len(env.pods("gang")) == 2), timeout=90, job="gang")
     log = Path(op.log_path).read_text(errors="replace")
-    assert "forbidden" not in log.lower(), op.log_tail()
+    # No RBAC refusal. (A 403 "cannot find RESTMapping ... TFJob" may come first: the apiserver's
+    # ownerReference check learns a CRD just created up to ~10 s late; tfop retries it.)
+    assert 'forbidden: user "system:serviceaccount:' not in log.lower(), op.log_tail()

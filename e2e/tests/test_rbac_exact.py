@@ -24,7 +24,7 @@ import yaml
 
 from e2e.cluster import AUDIT_LOG
 from e2e.tests.lifecycle_helpers import Env, active, pod_names, replica, tfjob
-from e2e.tfop_operator import OperatorProcess
+from e2e.tfop_operator import OperatorProcess, wait_established
 from tfop.tools import rbac
 
 pytestmark = pytest.mark.cluster
@@ -276,6 +276,31 @@ def assert_blockownerdeletion_needs_finalizers(env: Env, job: str) -> None:
 
 
 # -- the tests -------------------------------------------------------------------------
+KUEUE_KINDS = {"workloads": "Workload", "localqueues": "LocalQueue"}
+
+
+@pytest.fixture
+def kueue_crds(cluster):
+    """Kueue's Workload and LocalQueue served, so the operator's informers of them list and then watch:
+    where the session runs no Kueue, stand-in CRDs of the same names (removed after)."""
+    made = []
+    for plural, kind in KUEUE_KINDS.items():
+        name = f"{plural}.kueue.x-k8s.io"
+        if cluster.kubectl("get", "crd", name, check=False).returncode == 0:
+            continue
+        cluster.apply({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                       "metadata": {"name": name}, "spec": {
+                           "group": "kueue.x-k8s.io", "scope": "Namespaced",
+                           "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                           "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {
+                               "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+        wait_established(cluster, name)
+        made.append(name)
+    yield
+    for name in made:
+        cluster.kubectl("delete", "crd", name, "--ignore-not-found", check=False)
+
+
 @pytest.fixture
 def priority_class(cluster, namespace):
     name = f"{namespace}-high"
@@ -307,9 +332,11 @@ def live_rules(env: Env) -> list[dict]:
     return env.json("get", "clusterrole", rbac.NAME)["rules"]
 
 
-def test_gang_operator_uses_exactly_its_role(cluster, namespace, priority_class):
+def test_gang_operator_uses_exactly_its_role(cluster, namespace, priority_class, kueue_crds):
     """Volcano chosen by `--gang-scheduler-name auto` (CRD list, the CRD check), the dry-run pod probe,
-    the PriorityClass informer, the PodGroup created, patched and deleted."""
+    the PriorityClass informer, the PodGroup created, patched and deleted; and what explains a waiting
+    gang (tfop/runtime/capacity.py): the nodes, the pods bound to them (cluster-wide), Volcano's
+    Queues, Kueue's Workloads and LocalQueues (served: kueue_crds), each listed and watched."""
     from tfop.gang import registry
 
     if AUTO_PICKS not in cluster.state.get("schedulers", []):

@@ -103,5 +103,15 @@ GANG_PENDING = "Pending"  # admitted, members not all running yet
 GANG_GROUP_PENDING = "PodGroupPending"  # Volcano: the PodGroup waits in its queue
 GANG_UNSCHEDULABLE = "Unschedulable"  # the scheduler says why it cannot place the gang
 GANG_GROUP_REFUSED = "GroupRefused"  # the apiserver refused the group object
+# tfop's own causes of a wait (tfop/core/pending.py, admission.py), each the reason of one Warning Event
+# when it becomes the gang's (or a Kueue-held job's) reason: things the user or an admin can act on.
+INSUFFICIENT_RESOURCES = "InsufficientResources"  # less is free in the whole cluster than the gang needs
+NO_NODE_FITS_POD = "NoNodeFitsPod"  # enough in total, but not on few enough nodes
+QUEUE_CLOSED = "QueueClosed"
+QUEUE_NOT_FOUND = "QueueNotFound"
+PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+QUEUE_QUOTA_EXCEEDED = "QueueQuotaExceeded"  # Kueue: the job's ClusterQueue has too little quota left
+WAIT_CAUSES = frozenset({INSUFFICIENT_RESOURCES, NO_NODE_FITS_POD, QUEUE_CLOSED, QUEUE_NOT_FOUND,
+                         PRIORITY_CLASS_NOT_FOUND, QUEUE_QUOTA_EXCEEDED})
 # A gang on its ordinary way to start: nothing the user can act on (see tfop/runtime/holding.py).
 STARTING_GANG_REASONS = frozenset({GANG_NOT_ADMITTED, GANG_GROUP_PENDING, GANG_PENDING})

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from tfop.children.templates import Templates
 from tfop.core.outcomes import FailedWrite
+from tfop.core.pending import Capacity
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 
@@ -23,6 +24,13 @@ class Observed:
     # (tfop/core/blockers.py): an outcome of earlier writes, so this pass can say why and wait.
     refusals: tuple[FailedWrite, ...] = ()
     refused_at: datetime | None = None
+    # What explains a waiting gang (tfop/core/pending.py), None where unknown: the nodes' room, and
+    # the state of each of the scheduler's queues (Volcano's).
+    capacity: Capacity | None = None
+    queues: Mapping[str, str] | None = None
+    # Kueue: the job's Workload (tfop/kube/trim.py trim_workload) and its LocalQueue's ClusterQueue.
+    workload: Mapping[str, Any] | None = None
+    cluster_queue: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""The gang: its group object, why it waits (status.gang), scheduleTimeoutSeconds, nudging the scheduler."""
+"""The gang: its group object, why it waits (status.gang, tfop/core/pending.py), scheduleTimeoutSeconds, nudging
+the scheduler."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from tfop.api import conditions, pods
-from tfop.api.conditions import GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE
+from tfop.api.conditions import GANG_GROUP_REFUSED, GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE
 from tfop.api.constants import ANNOTATION_GANG_RETRY, ANNOTATION_ON_SCHEDULE_TIMEOUT
+from tfop.core import pending
 from tfop.core.context import Context
 from tfop.core.draft import Draft
 from tfop.core.plan import Ref
@@ -51,31 +53,45 @@ def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
 
 
 def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> dict:
-    """status.gang: the backend and group, and while members are missing the scheduler's reason."""
+    """status.gang: the backend and group, and while members are missing why, in tfop's words (message,
+    reason: a cause from tfop/core/pending.py when there is one) and in the scheduler's (schedulerMessage)."""
     view = draft.view
-    running = sum(pods.phase(p) in ("Running", "Succeeded") for p in view.members)
+    # succeeded members count, also when deleted since (status.succeededIndexes)
+    running = sum(pods.phase(p) == "Running" for p in view.members) + view.succeeded_total()
     gang: dict[str, Any] = {"backend": backend.name, "group": shape.group_name}
     if state.phase:
         gang["phase"] = state.phase
     if running >= shape.min_member:
         return gang
     previous = draft.status.get("gang") or {}
-    gang["reason"] = state.reason or (GANG_PENDING if state.admitted else GANG_NOT_ADMITTED)
-    gang["message"] = conditions.capped(state.message or f"{running}/{shape.min_member} gang members running",
-                                        conditions.MAX_CONDITION_MESSAGE)
-    same = all(previous.get(k) == gang.get(k) for k in ("reason", "phase"))
-    if not state.explained and same and previous.get("message"):
-        gang["message"] = previous["message"]  # the scheduler's reason, not the echo after it
+    waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
+                                   view.obs.priority_values)
+    gang["reason"] = waiting.cause or scheduler_reason(state)
+    gang["message"] = conditions.capped(waiting.message, conditions.MAX_CONDITION_MESSAGE)
+    said = state.message or f"{running}/{shape.min_member} gang members running"
+    if not state.explained and previous.get("phase") == gang.get("phase") and previous.get("schedulerMessage"):
+        said = previous["schedulerMessage"]  # the scheduler's reason, not the echo after it
+    gang["schedulerMessage"] = conditions.capped(said, conditions.MAX_CONDITION_MESSAGE)
     gang["since"] = previous.get("since") or conditions.timestamp_ceil(view.now)
     return gang
 
 
+def scheduler_reason(state: GangState) -> str:
+    return state.reason or (GANG_PENDING if state.admitted else GANG_NOT_ADMITTED)
+
+
 def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> bool:
-    """Write status.gang; enforce scheduleTimeoutSeconds. False when the job failed."""
+    """Write status.gang, with one Warning Event when its cause changes; enforce scheduleTimeoutSeconds.
+    False when the job failed."""
+    before = (draft.status.get("gang") or {}).get("reason")
     gang = wait_status(draft, backend, shape, state)
     draft.status["gang"] = gang
     waiting = "reason" in gang
-    if waiting and gang["reason"] == GANG_UNSCHEDULABLE:
+    cause = gang.get("reason") if gang.get("reason") != scheduler_reason(state) else None
+    # Not after GroupRefused: a refused group says so itself (GangGroupRefused), every retry.
+    if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
+        draft.event("Warning", cause, gang["message"])
+    if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
         _touch_group(draft, backend, gang["since"])
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))

@@ -21,6 +21,7 @@ from tfop.api.constants import LABEL_TYPE
 from tfop.api.model import TFJob
 from tfop.api.normalize import canonical_type
 from tfop.core.ownership import controller_of
+from tfop.core.pending import with_headline
 from tfop.core.plan import Event, Plan
 from tfop.core.summary import summary_event, written_labels
 
@@ -84,7 +85,7 @@ def conclude(job: TFJob, plan: Plan, failures: Sequence[FailedWrite], now: datet
     kinds = [classify(f, plan) for f in failures]
     of_kind = {kind: [f for f, k in zip(failures, kinds) if k == kind] for kind in kinds}
     if GROUP_REFUSED in of_kind:
-        return _group_refused(job, plan, of_kind[GROUP_REFUSED][0])
+        return _with_headline(_group_refused(job, plan, of_kind[GROUP_REFUSED][0]))
     done = replace(plan, events=[e for e in plan.events if e != summary_event(plan)])
     if done.requeue_after == 0 and any(f.verb == "create" for f in failures):
         done.requeue_after = None  # more batches next pass, but not before the failure's own retry
@@ -103,7 +104,12 @@ def conclude(job: TFJob, plan: Plan, failures: Sequence[FailedWrite], now: datet
               "namespace's pod-security labels: ")
     if FORBIDDEN in of_kind:  # usually RBAC: say so on the job itself, not only in the operator's log
         done.events.append(Event("Warning", "Forbidden", forbidden_message(of_kind[FORBIDDEN][0])))
-    return done
+    return _with_headline(done)
+
+
+def _with_headline(plan: Plan) -> Plan:
+    with_headline(plan.status)  # status.message follows what the failures changed
+    return plan
 
 
 def held_by_job(job: TFJob, failure: FailedWrite) -> bool:

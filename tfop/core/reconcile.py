@@ -13,6 +13,7 @@ from typing import Sequence
 from tfop.api.model import TFJob
 from tfop.api.validation import Problem
 from tfop.core import lifecycle, replicas
+from tfop.core.admission import record_admission
 from tfop.core.blockers import check_blockers
 from tfop.core.context import Context, Observed
 from tfop.core.draft import Draft
@@ -34,6 +35,7 @@ def reconcile(job: TFJob, obs: Observed, now: datetime, ctx: Context,
         lifecycle.suspend(draft, ctx)
     elif not _run_active(draft, ctx):
         lifecycle.finish(draft, ctx)
+    record_admission(draft)  # Kueue's hold on a suspended job, said plainly
     finalize(draft)
     return draft.plan
 

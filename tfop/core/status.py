@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from tfop.api import conditions
+from tfop.api.model import pod_name
 from tfop.children.labels import replica_selector
 from tfop.core.draft import Draft
+from tfop.core.pending import with_headline
+from tfop.core.indexes import format_indexes
 from tfop.core.summary import summary_event
+from tfop.core.view import SUCCEEDED_INDEXES
 
 COUNTERS = ("active", "succeeded", "failed")
 UNCOMPARED = "lastReconcileTime"  # changes every pass; a write for it alone would be a wasted write
@@ -26,6 +30,8 @@ def finalize(draft: Draft) -> None:
     status["replicaStatuses"] = replica_statuses
     status["tfReplicaStatuses"] = replica_statuses
     status["ready"] = f"{view.ready()}/{view.job.total_replicas}"
+    with_headline(status)
+    _remember_succeeded(draft)
     if view.job.generation:
         status["observedGeneration"] = view.job.generation
     summary = summary_event(draft.plan)
@@ -34,6 +40,28 @@ def finalize(draft: Draft) -> None:
     if _without(status) != _without(view.job.status):
         status["lastReconcileTime"] = conditions.timestamp(view.now)
         draft.plan.status = status
+
+
+def _remember_succeeded(draft: Draft) -> None:
+    """status.succeededIndexes: what a succeeded pod deleted later leaves of it. Forgotten when the
+    whole gang restarts (failures.py sets it empty) and while the job is suspended: then every
+    replica runs again; so is a succeeded pod this pass deletes itself (a gang requeued after its
+    scheduleTimeoutSeconds), which is to run again."""
+    view = draft.view
+    status = draft.status
+    if conditions.is_finished(list(view.job.status.get("conditions") or [])):
+        return  # kept as the job finished (an operator restart writes nothing to finished jobs)
+    texts = {}
+    if status.get(SUCCEEDED_INDEXES) != {} and not view.job.run_policy.suspend:
+        for replica in view.job.replicas:
+            kept = {i for i in view.done[replica.type]
+                    if draft.finished or pod_name(view.job.name, replica.type, i) not in draft.deleting}
+            if kept:
+                texts[replica.type] = format_indexes(kept)
+    if texts:
+        status[SUCCEEDED_INDEXES] = texts
+    else:
+        status.pop(SUCCEEDED_INDEXES, None)
 
 
 def _counters(draft: Draft, rtype: str) -> dict[str, int]:

@@ -74,6 +74,8 @@ class GangBackend(ABC):
     group_resource: ClassVar[GroupResource | None] = None
     # CRDs (plural.group) whose presence means this scheduler is installed (doctor, auto).
     crds: ClassVar[tuple[str, ...]] = ()
+    # The scheduler's queue objects (cluster-scoped), whose state explains a gang that waits in one.
+    queue_resource: ClassVar[GroupResource | None] = None
     # Extra ClusterRole rules the operator needs for this backend.
     rbac_rules: ClassVar[tuple[Mapping[str, Any], ...]] = ()
     # For schedulers that retry a rejected gang only when its group object changes: touch

@@ -320,7 +320,8 @@ class KubeClient:
         return {**listing, "metadata": meta, "items": items}
 
     def list_pages(self, api_version: str, plural: str, namespace: str | None = None,
-                   label_selector: str | None = None, limit: int = LIST_PAGE_SIZE) -> AsyncIterator[tuple[dict, bool]]:
+                   label_selector: str | None = None, limit: int = LIST_PAGE_SIZE,
+                   field_selector: str | None = None) -> AsyncIterator[tuple[dict, bool]]:
         """The pages of a LIST, `limit` items each, as (page, first): see paginate()."""
         path = collection_path(api_version, plural, namespace)
 
@@ -328,17 +329,22 @@ class KubeClient:
             params = {"limit": str(limit)}
             if label_selector:
                 params["labelSelector"] = label_selector
+            if field_selector:
+                params["fieldSelector"] = field_selector
             if token:
                 params["continue"] = token
             return await self.request("GET", path, params=params, timeout=120)
         return paginate(fetch)
 
     async def watch(self, api_version: str, plural: str, namespace: str | None, resource_version: str,
-                    label_selector: str | None = None, timeout_seconds: int = 290) -> AsyncIterator[dict]:
+                    label_selector: str | None = None, timeout_seconds: int = 290,
+                    field_selector: str | None = None) -> AsyncIterator[dict]:
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds)}
         if label_selector:
             params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
         self.requests += 1
         used = await self.credentials.authenticate()
         async with self._session.get(

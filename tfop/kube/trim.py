@@ -9,10 +9,13 @@ of one pod is ~30 dicts and lists, its trimmed copy a handful.
 from __future__ import annotations
 
 import json
+import math
+from fractions import Fraction
 from sys import intern
 from typing import Any, Mapping
 
 from tfop.api.constants import LAST_APPLIED
+from tfop.api.quantity import parse_quantity
 
 KEEP_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
              "ownerReferences", "creationTimestamp")
@@ -103,3 +106,72 @@ def trim_job(body: Mapping[str, Any]) -> dict:
         meta["annotations"] = dict(annotations)
         meta["annotations"][LAST_APPLIED] = json.dumps({"apiVersion": version}) if version else "{}"
     return {**body, "metadata": meta}
+
+
+# -- what explains a waiting gang: nodes, the pods bound to them, queues (tfop/runtime/capacity.py) --
+def _identity(obj: Mapping[str, Any]) -> dict:
+    meta = obj.get("metadata") or {}
+    out = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if meta.get(k)}
+    for key in ("name", "namespace"):
+        if key in out:
+            out[key] = intern(out[key])
+    return {"metadata": out}  # kind and apiVersion are the informer's own
+
+
+def milli(value: Any, up: bool = False) -> int:
+    """A quantity in thousandths of its unit, as tfop.core.pending.NodeRoom counts (ints add fast,
+    and cost less memory than Fractions); requests round up, room down."""
+    scaled = (value if isinstance(value, Fraction) else parse_quantity(value)) * 1000
+    return math.ceil(scaled) if up else math.floor(scaled)
+
+
+def _quantities(values: Mapping[str, Any] | None) -> dict:
+    out = {}
+    for name, value in (values or {}).items():
+        try:
+            out[intern(name)] = milli(value)
+        except ValueError:
+            continue
+    return out
+
+
+def trim_node(node: Mapping[str, Any]) -> dict:
+    """A node as far as room for a pod goes: allocatable, Ready, cordoned, the taints that keep pods off,
+    its labels."""
+    status, spec = node.get("status") or {}, node.get("spec") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    taints = tuple((intern(t.get("key") or ""), t.get("value") or "", intern(t.get("effect") or ""))
+                   for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))
+    labels = _strings((node.get("metadata") or {}).get("labels"))  # for the pods' nodeSelector and affinity
+    return {**_identity(node), "allocatable": _quantities(status.get("allocatable")), "ready": ready,
+            "unschedulable": bool(spec.get("unschedulable")), "taints": taints, "labels": labels}
+
+
+def trim_bound_pod(pod: Mapping[str, Any], requests: Mapping[str, Any]) -> dict:
+    """A pod bound to a node, as its node's usage: the node and the pod's effective requests."""
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    return {**_identity(pod), "nodeName": intern(node), "requests": {intern(k): milli(v, up=True)
+                                                                      for k, v in requests.items()}}
+
+
+def trim_queue(queue: Mapping[str, Any]) -> dict:
+    """A scheduler's queue (Volcano's): its name and state."""
+    return {**_identity(queue), "state": intern(str((queue.get("status") or {}).get("state") or ""))}
+
+
+def trim_workload(workload: Mapping[str, Any]) -> dict:
+    """A Kueue Workload as far as why it waits goes: its LocalQueue, its conditions, where it was admitted
+    (never its pod sets, which copy the job's templates)."""
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    kept: dict[str, Any] = {"conditions": [{k: c[k] for k in KEEP_CONDITION if k in c}
+                                           for c in status.get("conditions") or []]}
+    cluster_queue = (status.get("admission") or {}).get("clusterQueue")
+    if cluster_queue:
+        kept["admission"] = {"clusterQueue": cluster_queue}
+    return {**_identity(workload), "metadata": trim_meta(workload.get("metadata") or {}),
+            "spec": {"queueName": spec.get("queueName") or ""}, "status": kept}
+
+
+def trim_local_queue(queue: Mapping[str, Any]) -> dict:
+    """A Kueue LocalQueue: which ClusterQueue it feeds."""
+    return {**_identity(queue), "spec": {"clusterQueue": (queue.get("spec") or {}).get("clusterQueue") or ""}}

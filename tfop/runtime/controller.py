@@ -27,6 +27,7 @@ from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import trim_job
 from tfop.runtime.apply import Applier
+from tfop.runtime.capacity import ClusterRoom
 from tfop.runtime.informer import Informer, newer, owner_key
 from tfop.runtime.jobs import JobKey, JobRecord
 from tfop.runtime.metrics import Metrics
@@ -97,9 +98,10 @@ class Controller:
                              on_gone=self._pod_gone)
         self.services = Informer(self.client, "v1", "services", "Service", namespaces, selector, self.queue.add)
         self.informers = [self.tfjobs, self.pods, self.services]
-        self.groups = self.priorities = None
+        self.groups = self.priorities = self.room = None
         if self.backend is None:
             return
+        self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add)  # no pass waits for it
         resource = self.backend.group_resource
         if resource is not None:
             # Every group of the namespaces, not only labelled ones: the upstream operator's carry no label,
@@ -166,6 +168,7 @@ class Controller:
         """
         self.watches = {f"informer {i.plural}": asyncio.create_task(i.run(), name=f"tfop-informer-{i.plural}")
                         for i in self.informers}
+        self.watches.update(self.room.start() if self.room else {})
         try:
             await first_of(asyncio.gather(*(i.synced.wait() for i in self.informers)), self.watches)
             self.synced.set()
@@ -188,9 +191,11 @@ class Controller:
         priorities = {}
         if self.priorities is not None:
             priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
+        explaining = self.room.observed(key, record.status()) if self.room else {}
         return Observed(pods=self.pods.for_job(key), services=self.services.for_job(key),
                         group=groups[0] if groups else None, priority_values=priorities,
-                        vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at)
+                        vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at,
+                        **explaining)
 
     async def reconcile(self, key: JobKey) -> None:
         """One pass, timed and counted; one log line when it wrote something or failed."""

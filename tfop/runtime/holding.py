@@ -23,7 +23,7 @@ PROGRESS_HOLD = (1.0, 5.0)
 STARTING_HOLD = (60.0, 60.0)
 # startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
 PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
-                   "observedGeneration", "gang"}
+                   "observedGeneration", "gang", "message"}
 PROGRESS_CONDITIONS = {conditions.CREATED, conditions.RUNNING}
 
 

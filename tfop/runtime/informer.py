@@ -301,11 +301,17 @@ class Informer(Cache):
                  on_gone: Callable[[JobKey, str], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
                  trim: Callable[[Mapping[str, Any]], dict] | None = None,
-                 clock: Callable[[], float] = time.monotonic, page_size: int = LIST_PAGE_SIZE):
+                 clock: Callable[[], float] = time.monotonic, page_size: int = LIST_PAGE_SIZE,
+                 field_selector: str | None = None, optional: bool = False):
         super().__init__(api_version, kind, on_change, keep_spec=keep_spec, key_of=key_of, on_gone=on_gone,
                          on_event=on_event, trim=trim, clock=clock)
         self.client, self.plural, self.label_selector, self.page_size = client, plural, label_selector, page_size
         self.namespaces = list(namespaces)
+        self.field_selector = field_selector
+        # An optional informer (what only explains a wait, e.g. nodes) says once that it may not list,
+        # then keeps trying quietly; `denied` holds the refusal until a listing succeeds.
+        self.optional = optional
+        self.denied: ApiError | None = None
         self.synced = asyncio.Event()
         self._pending_syncs = len(self.namespaces)
         self.last_contact = self.clock()  # a listing or a watch event (bookmarks too) last arrived then
@@ -334,8 +340,13 @@ class Informer(Cache):
                     log.warning("%s watch (%s) failed, relisting in %.1fs: %s", self.plural, where, delay, err)
                 else:
                     # A missing CRD or RBAC rule must not stall every other job: count as synced (empty), say it.
-                    log.error("cannot list %s (%s): %s; retrying in %.1fs (run `tfop doctor`)", self.plural,
-                              where, err, delay)
+                    level = logging.ERROR
+                    if self.optional:  # said once; a resource not installed (404) is no error for it
+                        level = logging.DEBUG if self.denied is not None else logging.INFO if err.status == 404 \
+                            else logging.WARNING
+                    self.denied = err
+                    log.log(level, "cannot list %s (%s): %s; retrying in %.1fs (run `tfop doctor`)", self.plural,
+                            where, err, delay)
                     if unsynced:
                         unsynced = False
                         self._mark_synced()
@@ -364,19 +375,23 @@ class Informer(Cache):
         listed: set[Name] = set()
         version = ""
         async for page, first in self.client.list_pages(self.api_version, self.plural, namespace,
-                                                         self.label_selector, self.page_size):
+                                                         self.label_selector, self.page_size, **self._fields()):
             if first:  # a new listing (or one started over): the earlier pages' snapshot is dropped
                 listed, version = set(), version_of(page)
             listed |= self.absorb(page.get("items") or [])
         self.sweep(namespace, listed, version)
+        self.denied = None
         self.last_contact = self.clock()
         return version
+
+    def _fields(self) -> dict:
+        return {"field_selector": self.field_selector} if self.field_selector else {}
 
     async def _watch(self, namespace: str | None, version: str) -> str | None:
         """Follow the watch; the version to resume from, or None to relist."""
         try:
             async for event in self.client.watch(self.api_version, self.plural, namespace, version,
-                                                 self.label_selector):
+                                                 self.label_selector, **self._fields()):
                 self.last_contact = self.clock()
                 version = self.handle_event(event, version)
                 if version is None:

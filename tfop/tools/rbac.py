@@ -53,11 +53,19 @@ LEADER_ELECTION_RULES: tuple[dict, ...] = (
 )
 LEADER_ELECTION_ROLE = f"{NAME}-leader-election"
 
-# With any gang backend: the PriorityClass informer (values order replica types in minResources).
+# With any gang backend: the PriorityClass informer (values order replica types in minResources), and
+# the nodes' informer (their allocatable and taints say why a gang waits: tfop/runtime/capacity.py,
+# with the pods bound to them, which the pods rule above lets it list cluster-wide).
 GANG_RULES: tuple[dict, ...] = (
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
 )
 CRD_API = "apiextensions.k8s.io"
+# With any gang backend: Kueue's Workloads and LocalQueues, to say why Kueue holds a job it suspended
+# (tfop/core/admission.py). Listed after the backend's own rules (the chart's order).
+KUEUE_RULES: tuple[dict, ...] = (
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["list", "watch"]},
+)
 
 
 def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
@@ -74,7 +82,8 @@ def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
 # namespaces keeps these rules in a ClusterRole. Every other rule here (TFJobs, pods, services,
 # events, a backend's group objects) is namespaced and goes to a Role per watched namespace.
 CLUSTER_SCOPED: frozenset[tuple[str, str]] = frozenset({
-    ("scheduling.k8s.io", "priorityclasses"), (CRD_API, "customresourcedefinitions")})
+    ("scheduling.k8s.io", "priorityclasses"), (CRD_API, "customresourcedefinitions"), ("", "nodes"),
+    ("scheduling.volcano.sh", "queues")})
 
 
 def is_cluster_scoped(rule: Mapping[str, Any]) -> bool:
@@ -109,7 +118,7 @@ def operator_rules(backend: GangBackend | None = None) -> list[dict]:
     """Every rule the operator needs: the base set, plus with a gang backend the gang rules, the CRD
     reads and the backend's own."""
     rules = [canonical_rule(r) for r in BASE_RULES]
-    extra = (*GANG_RULES, *crd_rules(backend), *backend.rbac_rules) if backend is not None else ()
+    extra = (*GANG_RULES, *crd_rules(backend), *backend.rbac_rules, *KUEUE_RULES) if backend is not None else ()
     for rule in extra:
         rule = canonical_rule(rule)
         if rule not in rules:

@@ -19,6 +19,10 @@ from tfop.gang.base import GangBackend, GangShape, GangState, GroupResource, Pod
 from tfop.gang.common import base_object, condition, group_rules, phase_of, with_pods
 
 PODGROUP = GroupResource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+# Queues are listed and watched (their state: Volcano allocates nothing in a queue that is not Open),
+# to say why a gang waits in one (tfop/core/pending.py).
+QUEUE = GroupResource("scheduling.volcano.sh", "v1beta1", "queues", "Queue")
+QUEUE_RULE = {"apiGroups": [QUEUE.group], "resources": [QUEUE.plural], "verbs": ["list", "watch"]}
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
 DEFAULT_QUEUE = "default"
@@ -34,7 +38,8 @@ class VolcanoBackend(GangBackend):
     default_scheduler_name = "volcano"
     group_resource = PODGROUP
     crds = ("podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh")
-    rbac_rules = group_rules(PODGROUP)
+    queue_resource = QUEUE
+    rbac_rules = (QUEUE_RULE, *group_rules(PODGROUP))  # cluster-scoped first, as the chart orders them
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
         return base_object(PODGROUP, job, shape, {

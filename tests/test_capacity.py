@@ -1,0 +1,94 @@
+"""The capacity snapshot the runtime hands a waiting gang's pass (tfop/runtime/capacity.py): each node's
+allocatable, and the requests of the pods bound to it, kept as pods come, change and go."""
+from fractions import Fraction
+
+from tfop.gang.registry import load_backend
+from tfop.kube.client import ApiError, KubeClient
+from tfop.runtime.capacity import ClusterRoom
+
+GPU = "nvidia.com/gpu"
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def node(name, rv, gpus=4, ready="True", taints=(), unschedulable=False):
+    return {"metadata": {"name": name, "resourceVersion": str(rv), "uid": name},
+            "spec": {"taints": list(taints), "unschedulable": unschedulable},
+            "status": {"allocatable": {"cpu": "32", GPU: str(gpus), "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def pod(name, rv, node_name, gpus=1, namespace="ns", init_cpu=None):
+    spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)},
+                                                                              "requests": {"cpu": "500m"}}}]}
+    if init_cpu:
+        spec["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": init_cpu}}}]
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": str(rv), "uid": name},
+            "spec": spec, "status": {"phase": "Running"}}
+
+
+def room(backend="volcano"):
+    clock = Clock()
+    r = ClusterRoom(KubeClient(None), load_backend(backend)[0], clock=clock)
+    for informer in r.informers:
+        informer.synced.set()
+    return r, clock
+
+
+def free(r, name):
+    found = {n.name: n for n in r.snapshot().nodes}[name]
+    return found.free(GPU), found.free("cpu")
+
+
+def test_requests_follow_the_pods_bound_to_each_node():
+    r, clock = room()
+    r.nodes.upsert(node("a", 1))
+    r.nodes.upsert(node("b", 2, taints=[{"key": "k", "effect": "NoSchedule"}, {"key": "p", "effect": "PreferNoSchedule"}]))
+    r.pods.upsert(pod("p1", 3, "a", gpus=2))
+    r.pods.upsert(pod("p2", 4, "a", gpus=1, init_cpu="4"))  # an init container's peak counts, as the scheduler's
+    assert free(r, "a") == (Fraction(1), Fraction(32) - Fraction(1, 2) - 4)
+    b = {n.name: n for n in r.snapshot().nodes}["b"]
+    assert [t.key for t in b.taints] == ["k"] and b.ready and not b.unschedulable
+
+    r.pods.remove(pod("p1", 5, "a"))  # finished (the field selector drops it) or deleted
+    clock.now += 1
+    assert free(r, "a")[0] == 1, "a snapshot is rebuilt at most every SNAPSHOT_SECONDS"
+    clock.now += 2
+    assert free(r, "a")[0] == 3
+    r.pods.upsert(pod("p2", 6, "a", gpus=4))  # its requests changed: counted once, anew
+    clock.now += 2
+    assert free(r, "a")[0] == 0
+    assert r.requested == {"a": {GPU: 4000, "cpu": 500}} and len(r.counted) == 1  # in thousandths
+
+
+def test_unknown_until_listed_and_none_when_refused():
+    r, _ = room()
+    r.pods.synced.clear()
+    assert r.snapshot() is None
+    r.pods.synced.set()
+    r.nodes.denied = ApiError(403, {"message": "nodes is forbidden"}, "GET", "/api/v1/nodes")
+    assert r.snapshot() is None and r.for_status({}) == (None, {})
+
+
+def test_queues_for_volcano_only_and_only_for_a_gang_that_may_wait():
+    r, _ = room()
+    r.queues.upsert({"metadata": {"name": "research", "resourceVersion": "1"}, "status": {"state": "Closed"}})
+    assert r.queue_states() == {"research": "Closed"}
+    assert r.for_status({"gang": {"backend": "volcano", "phase": "Running"}}) == (None, None)
+    assert r.for_status({"gang": {"reason": "Unschedulable"}})[1] == {"research": "Closed"}
+    other, _ = room("scheduler-plugins")
+    assert other.queues is None and other.queue_states() is None
+
+
+def test_a_namespaced_install_asks_for_no_cluster_wide_read():
+    """--namespace grants Roles only: nodes, bound pods and Volcano Queues are not even listed (a 403
+    per relist would be noise), so the sentence goes without capacity; Kueue's objects stay per namespace."""
+    r = ClusterRoom(KubeClient(None), load_backend("volcano")[0], ["team-a"])
+    assert [(i.plural, i.namespaces) for i in r.informers] == [("workloads", ["team-a"]),
+                                                                ("localqueues", ["team-a"])]
+    assert not r.known() and r.snapshot() is None and r.queue_states() is None

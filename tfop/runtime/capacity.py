@@ -1,0 +1,170 @@
+"""What the cluster has room for, kept up to date for the sentences that explain a waiting gang.
+
+Only with gang scheduling. Informers each keeping a few fields per object (tfop/kube/trim.py):
+nodes (allocatable, Ready, cordoned, taints, labels), the pods bound to a node and not finished (a
+field selector, as kube-scheduler's own: their node and summed requests, never their spec), for
+Volcano its Queues (state), and Kueue's Workloads and LocalQueues. Each node's requested total is
+kept as pods come and go, so a snapshot (tfop.core.pending.Capacity) is built at most every
+SNAPSHOT_SECONDS, only when a waiting gang asks, anew only for the nodes that changed. A read the
+role does not grant leaves the sentence without capacity (one log line), never the operator stopped.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Mapping
+
+from tfop.core.pending import Capacity, NodeRoom, Taint
+from tfop.gang.base import GangBackend
+from tfop.gang.shape import pod_requests
+from tfop.kube.client import KubeClient
+from tfop.kube.trim import trim_bound_pod, trim_local_queue, trim_node, trim_queue, trim_workload
+from tfop.runtime.informer import Informer, Name, owner_key
+from tfop.runtime.jobs import JobKey
+
+# Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
+BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed since
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
+
+
+def _nobody(_obj) -> None:
+    return None
+
+
+def _ignore(_key) -> None:
+    return None
+
+
+class ClusterRoom:
+    def __init__(self, client: KubeClient, backend: GangBackend, namespaces: list[str | None] | None = None,
+                 on_change: Callable[[JobKey], None] = _ignore, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        namespaces = namespaces or [None]
+        self.nodes = Informer(client, "v1", "nodes", "Node", [None], None, _ignore, key_of=_nobody,
+                              on_event=self._node_event, trim=trim_node, optional=True)
+        self.pods = Informer(client, "v1", "pods", "Pod", [None], None, _ignore, key_of=_nobody,
+                             on_event=self._pod_event, trim=self._trim_pod,
+                             field_selector=BOUND_AND_RUNNING, optional=True)
+        # A namespaced install (--namespace) is granted no cluster-wide read: the nodes' room stays
+        # unknown there rather than asked for and refused.
+        self.cluster_wide = None in namespaces
+        self.informers = [self.nodes, self.pods] if self.cluster_wide else []
+        self.queues = None
+        queue = backend.queue_resource
+        if queue is not None and self.cluster_wide:  # Queues are cluster-scoped too
+            self.queues = Informer(client, queue.api_version, queue.plural, queue.kind, [None], None, _ignore,
+                                   key_of=_nobody, on_event=self._changed, trim=trim_queue, optional=True)
+            self.informers.append(self.queues)
+        # Kueue: a job's Workload (by its owner, the TFJob: a change wakes the job) and the LocalQueues.
+        self.workloads = Informer(client, KUEUE_API, "workloads", "Workload", namespaces, None, on_change,
+                                  key_of=owner_key, trim=trim_workload, optional=True)
+        self.local_queues = Informer(client, KUEUE_API, "localqueues", "LocalQueue", namespaces, None, _ignore,
+                                     key_of=_nobody, trim=trim_local_queue, optional=True)
+        self.informers += [self.workloads, self.local_queues]
+        # node name -> the summed requests of the pods bound to it; and what each pod added, to take it back
+        self.requested: dict[str, dict[str, int]] = {}  # in thousandths, as NodeRoom
+        self.counted: dict[Name, tuple[str, Mapping[str, int]]] = {}
+        # Pods of one template ask the same: one dict of requests for all of them (bounded; never mutated).
+        self._shared: dict[tuple, dict[str, int]] = {}
+        self._rooms: dict[str, NodeRoom] = {}  # the last snapshot's nodes, reused unless stale
+        self._stale: set[str] = set()  # nodes changed since (themselves, or the pods on them)
+        self._snapshot: Capacity | None = None
+        self._built_at = float("-inf")
+        self._dirty = True
+
+    def start(self) -> dict[str, asyncio.Task]:
+        """The informers' tasks, vital as the controller's own; a pass never waits for them to fill:
+        until they do, a waiting gang's sentence does without capacity."""
+        return {f"capacity informer {i.plural}": asyncio.create_task(i.run(), name=f"tfop-capacity-{i.plural}")
+                for i in self.informers}
+
+    def for_status(self, status: Mapping[str, Any]) -> tuple[Capacity | None, dict[str, str] | None]:
+        """(snapshot, queue states) for a job whose gang may wait (not seen yet, or waiting), else nothing."""
+        gang = status.get("gang")
+        if gang is not None and "reason" not in gang:
+            return None, None
+        return self.snapshot(), self.queue_states()
+
+    def observed(self, key: JobKey, status: Mapping[str, Any]) -> dict[str, Any]:
+        """What tfop.core.context.Observed holds of this: capacity, queues, the Workload, its ClusterQueue."""
+        capacity, queues = self.for_status(status)
+        workloads = self.workloads.for_job(key)
+        workload = workloads[0] if workloads else None
+        local = self.local_queues.get(key[0], ((workload or {}).get("spec") or {}).get("queueName") or "")
+        return {"capacity": capacity, "queues": queues, "workload": workload,
+                "cluster_queue": ((local or {}).get("spec") or {}).get("clusterQueue") or ""}
+
+    def _trim_pod(self, pod: Mapping[str, Any]) -> dict:
+        kept = trim_bound_pod(pod, pod_requests(pod))
+        key = tuple(sorted(kept["requests"].items()))
+        if key not in self._shared and len(self._shared) >= MAX_SHARED_REQUESTS:
+            self._shared.clear()
+        kept["requests"] = self._shared.setdefault(key, kept["requests"])
+        return kept
+
+    # -- keeping count -------------------------------------------------------------------------
+    def _changed(self, _event: str, _obj: Mapping[str, Any]) -> None:
+        self._dirty = True
+
+    def _node_event(self, _event: str, node: Mapping[str, Any]) -> None:
+        self._stale.add(node["metadata"]["name"])
+        self._dirty = True
+
+    def _pod_event(self, event: str, pod: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        name = (meta.get("namespace", ""), meta["name"])
+        self._count(name, -1)
+        if event != "DELETED" and pod.get("nodeName"):
+            self.counted[name] = (pod["nodeName"], pod.get("requests") or {})
+            self._count(name, 1)
+
+    def _count(self, name: Name, sign: int) -> None:
+        entry = self.counted.pop(name, None) if sign < 0 else self.counted.get(name)
+        if entry is None:
+            return
+        node, requests = entry
+        total = self.requested.setdefault(node, {})
+        for resource, value in requests.items():
+            total[resource] = total.get(resource, 0) + sign * value
+            if not total[resource]:
+                del total[resource]
+        if not total:
+            del self.requested[node]
+        self._stale.add(node)
+        self._dirty = True
+
+    # -- reading -----------------------------------------------------------------------------
+    def known(self) -> bool:
+        return self.cluster_wide and all(i.synced.is_set() and i.denied is None for i in (self.nodes, self.pods))
+
+    def snapshot(self) -> Capacity | None:
+        """The nodes' room now (at most SNAPSHOT_SECONDS old), or None while it is unknown. Only the
+        nodes that changed since the last one are built anew."""
+        if not self.known():
+            return None
+        now = self.clock()
+        if self._snapshot is None or (self._dirty and now - self._built_at >= SNAPSHOT_SECONDS):
+            self._dirty, self._built_at = False, now
+            stale, self._stale = self._stale, set()
+            rooms = {}
+            for (_ns, name), node in self.nodes.objects.items():
+                room = self._rooms.get(name)
+                rooms[name] = room if room is not None and name not in stale else self._room(name, node)
+            self._rooms = rooms
+            self._snapshot = Capacity(tuple(rooms.values()))
+        return self._snapshot
+
+    def _room(self, name: str, node: Mapping[str, Any]) -> NodeRoom:
+        return NodeRoom(name=name, allocatable=node.get("allocatable") or {},
+                        requested=dict(self.requested.get(name) or {}), ready=bool(node.get("ready")),
+                        unschedulable=bool(node.get("unschedulable")),
+                        taints=tuple(Taint(*t) for t in node.get("taints") or ()), labels=node.get("labels") or {})
+
+    def queue_states(self) -> dict[str, str] | None:
+        """Queue name -> state, for a backend with queues; None when unknown (or no queues)."""
+        q = self.queues
+        if q is None or not q.synced.is_set() or q.denied is not None:
+            return None
+        return {name: obj.get("state") or "" for (_ns, name), obj in q.objects.items()}
