@@ -51,6 +51,8 @@ COMPONENTS: dict[str, dict[str, str]] = {
     "koordinator": {"koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler"},
     # Optional (not built unless asked for or a cluster needs it).
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
+    # Job queueing and quota admission (its kubeflow.org/tfjob integration suspends/unsuspends TFJobs).
+    "kueue": {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
     "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
     # Lints and renders charts/tfop in tests/test_install_paths.py and e2e/tests/test_install.py.
     "helm": {"helm": "helm.sh/helm/v3/cmd/helm"},
@@ -85,7 +87,22 @@ def component_key(name: str) -> str:
         p = COMPONENTS_DIR / name / f
         h.update(f.encode() + b"\0")
         h.update(p.read_bytes() if p.exists() else b"")
+    stamp = _version_stamp(name)
+    if stamp:  # only then: the keys (cache dirs) of the other components stay as they were
+        h.update(b"ldflags\0" + stamp.encode())
     return h.hexdigest()[:16]
+
+
+def _version_stamp(name: str) -> str:
+    """Extra -ldflags of a component. Kubernetes binaries built from the module report version
+    "v0.0.0-master+$Format:%H$" unless stamped as Kubernetes' own build does; clients that parse
+    the apiserver's /version (Kueue exits at start on that one) need the real release."""
+    if name != "kubernetes":
+        return ""
+    text = (COMPONENTS_DIR / name / "go.mod").read_text()
+    release = next(line.split()[1] for line in text.splitlines()
+                   if line.strip().startswith("k8s.io/kubernetes v"))
+    return f"-X k8s.io/component-base/version.gitVersion={release}"
 
 
 def bin_dir(name: str) -> Path:
@@ -164,7 +181,8 @@ def _build_locked(name: str, out: Path) -> tuple[Path, float]:
         threading.Thread(target=_heartbeat, args=(label, b0, stop), daemon=True).start()
         try:
             proc = subprocess.run(
-                [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / bin_name), pkg],
+                [go, "build", "-trimpath", f"-ldflags=-s -w {_version_stamp(name)}".strip(), "-o",
+                 str(tmp / bin_name), pkg],
                 cwd=COMPONENTS_DIR / name, env=_go_env(), capture_output=True, text=True,
             )
         finally:

@@ -2,8 +2,8 @@
 
 etcd, kube-apiserver (RBAC), kube-controller-manager, kube-scheduler, kwok
 (fake GPU nodes) and batch schedulers (scheduler-plugins Coscheduling,
-Volcano, Koordinator; YuniKorn and Volcano's admission webhook on request),
-all built by e2e.build.
+Volcano, Koordinator; YuniKorn, Volcano's admission webhook and Kueue on
+request), all built by e2e.build.
 
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
                              [--schedulers default,coscheduling,volcano,koordinator]
@@ -19,6 +19,7 @@ import base64
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -38,7 +39,9 @@ ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the de
 # Opt-in: YuniKorn's web port (9080) is fixed, so only one YuniKorn cluster per machine; Volcano's
 # admission webhook (needs "volcano") registers cluster-wide webhook configurations that every
 # pod create of the cluster then goes through.
-KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook")
+# Kueue (not a scheduler: quota admission of TFJobs) likewise registers cluster-wide webhooks,
+# on every TFJob create and update.
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook", "kueue")
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
@@ -55,6 +58,13 @@ YUNIKORN_WEB_PORT = 9080  # hard-coded in yunikorn-core: one YuniKorn cluster pe
 VOLCANO_ADMISSIONS = ("/pods/validate", "/podgroups/validate")
 # The health check of vc-webhook-manager, which has no health URL: a dry-run pod it must deny.
 VOLCANO_WEBHOOK_PROBE = "probe:volcano-webhook-denies"
+# Kueue's manager with only its kubeflow.org/tfjob integration. Of the webhooks in its module's
+# manifest the harness registers those of that integration and of Kueue's own API group, never
+# the pod/deployment/job/... ones: they would go through every pod the cluster creates.
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_FRAMEWORK = "kubeflow.org/tfjob"
+KUEUE_WEBHOOK_PATHS = ("-kubeflow-org-v1-tfjob", "-kueue-x-k8s-io-")
+TFJOB_CRD = Path(__file__).resolve().parent.parent / "crds" / "kubeflow.org_tfjobs.yaml"
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.0.0.0/24"
 # On top of the apiserver's default plugins. OwnerReferencesPermissionEnforcement (on in
@@ -104,8 +114,9 @@ def default_dir() -> Path:
 def components_for(schedulers) -> list[str]:
     """Build components a cluster with these schedulers needs."""
     comps = ["kubernetes", "etcd", "kwok"]
+    # volcano-webhook: the volcano component's second binary
     extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn",
-             "koordinator": "koordinator"}  # volcano-webhook: the volcano component's second binary
+             "koordinator": "koordinator", "kueue": "kueue"}
     return comps + [extra[s] for s in schedulers if s in extra]
 
 
@@ -213,7 +224,7 @@ class Cluster:
         for sub in ("etcd", "pki", "logs", "kubeconfigs", "sa-kubeconfigs"):
             _rmtree(self.dir / sub)
         for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml",
-                  "koordinator.yaml", "audit-policy.yaml", AUDIT_LOG):
+                  "koordinator.yaml", "kueue.yaml", "audit-policy.yaml", AUDIT_LOG):
             (self.dir / f).unlink(missing_ok=True)
         try:
             self.dir.rmdir()
@@ -392,7 +403,7 @@ class Cluster:
         ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
                                           "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
                                           "volcano_metrics", "volcano_healthz", "volcano_webhook",
-                                          "koord")}
+                                          "koord", "kueue_webhook", "kueue_metrics", "kueue_health")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
                       "next_node": 0}
@@ -487,6 +498,8 @@ class Cluster:
             timeout, "kube-controller-manager")
         if "volcano-webhook" in schedulers:  # last: its readiness check creates a (dry-run) pod
             self._start_volcano_webhook(timeout)
+        if "kueue" in schedulers:
+            self._start_kueue(timeout)
 
     def _start_coscheduling(self, timeout: float) -> None:
         src = build.module_dir("scheduler-plugins", "sigs.k8s.io/scheduler-plugins")
@@ -582,6 +595,38 @@ class Cluster:
             health=f"http://127.0.0.1:{YUNIKORN_WEB_PORT}/ws/v1/scheduler/healthcheck")
         self._wait_healthy("yunikorn-scheduler", timeout)
 
+    def _start_kueue(self, timeout: float) -> None:
+        """Kueue's manager as a process: its webhook serves TLS on 127.0.0.1 with a cert of the
+        harness CA (its own cert management wants an in-cluster Service), and the harness makes the
+        webhook configurations, by URL, from the module's manifest."""
+        src = build.module_dir("kueue", "sigs.k8s.io/kueue")
+        # The TFJob CRD first: an integration whose API is missing is set up only after a backoff.
+        kueue_crds = sorted((src / "config/components/crd/bases").glob("*.yaml"))
+        self._install_crds([TFJOB_CRD, *kueue_crds], timeout)
+        p = self.state["ports"]
+        pki.make_cert(self.pki, "kueue-webhook", "/CN=kueue-webhook", server_sans=["IP:127.0.0.1"])
+        certs = self.pki / "kueue-webhook"  # the names controller-runtime's webhook server reads
+        certs.mkdir(exist_ok=True)
+        shutil.copyfile(self.pki / "kueue-webhook.crt", certs / "tls.crt")
+        shutil.copyfile(self.pki / "kueue-webhook.key", certs / "tls.key")
+        (self.dir / "kueue.yaml").write_text(yaml.safe_dump(_kueue_config(p, certs)))
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        self.apply(_kueue_webhook_configs(src / "config/components/webhook/manifests.yaml",
+                                          f"https://127.0.0.1:{p['kueue_webhook']}", ca))
+        self.kubectl("create", "namespace", KUEUE_NAMESPACE)
+        self._spawn("kueue", [build.binary("kueue-manager"), "--config", self.dir / "kueue.yaml"],
+                    env={"KUBECONFIG": str(self.dir / "kubeconfigs" / "kueue.kubeconfig")},
+                    health=f"http://127.0.0.1:{p['kueue_health']}/readyz")
+        self._wait_healthy("kueue", timeout)
+        self._wait("kueue's webhook called by the apiserver", self._kueue_webhook_answers, timeout, "kueue")
+
+    def _kueue_webhook_answers(self) -> bool:
+        # A dry-run ResourceFlavor goes through Kueue's mutating and validating webhooks.
+        probe = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                 "metadata": {"name": "kueue-webhook-probe"}}
+        return self.kubectl("create", "--dry-run=server", "-f", "-", check=False,
+                            input=json.dumps(probe)).returncode == 0
+
     def _start_koordinator(self, timeout: float) -> None:
         src = build.module_dir("koordinator", "github.com/koordinator-sh/koordinator")
         self._install_crds(sorted((src / "config/crd/bases").glob("*.yaml")), timeout)
@@ -650,6 +695,7 @@ class Cluster:
             "volcano": "/O=system:masters/CN=tfop-e2e-volcano",
             "yunikorn": "/O=system:masters/CN=tfop-e2e-yunikorn",
             "koordinator": "/O=system:masters/CN=tfop-e2e-koordinator",
+            "kueue": "/O=system:masters/CN=tfop-e2e-kueue",
         }
         for name, subj in idents.items():
             pki.make_cert(d, name, subj)
@@ -753,6 +799,41 @@ def _volcano_webhook_config(path: str, url: str, ca_bundle: str) -> dict:
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": "volcano-admission-service" + path.replace("/", "-")},
             "webhooks": [webhook]}
+
+
+def _kueue_config(ports: dict, cert_dir: Path) -> dict:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1): one process, everything on 127.0.0.1."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['kueue_metrics']}"},
+        "webhook": {"host": "127.0.0.1", "port": ports["kueue_webhook"], "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,  # TFJobs without a queue label are tfop's alone
+        "integrations": {"frameworks": [KUEUE_FRAMEWORK]},
+        # Off: the on-demand visibility API server wants its own certs and an APIService; MultiKueue
+        # is not tested here.
+        "featureGates": {"VisibilityOnDemand": False, "MultiKueue": False},
+    }
+
+
+def _kueue_webhook_configs(manifest: Path, url: str, ca_bundle: str) -> list[dict]:
+    """The Mutating/ValidatingWebhookConfigurations of Kueue's manifest, with only the webhooks of
+    KUEUE_WEBHOOK_PATHS, each called by URL instead of through an in-cluster Service."""
+    configs = []
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if not doc or not doc.get("webhooks"):
+            continue
+        webhooks = []
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            if any(part in path for part in KUEUE_WEBHOOK_PATHS):
+                webhooks.append({**hook, "clientConfig": {"url": url + path, "caBundle": ca_bundle}})
+        configs.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"],
+                        "metadata": {"name": "kueue-" + doc["metadata"]["name"]}, "webhooks": webhooks})
+    return configs
 
 
 def _volcano_bad_pod() -> dict:

@@ -12,7 +12,8 @@ same skip/fail rules.
 Environment: CI=true turns every start-up problem (no Go, build failure,
 component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
 (default "default,coscheduling,volcano,koordinator";
-add ",yunikorn" to run the YuniKorn tests), TFOP_E2E_GPU_NODES (4),
+add ",yunikorn" to run the YuniKorn tests; the Kueue and Volcano-webhook
+tests always start a cluster of their own), TFOP_E2E_GPU_NODES (4),
 TFOP_E2E_GPUS_PER_NODE (1) shape the session cluster.
 """
 
