@@ -1,0 +1,159 @@
+"""The contention benchmark (e2e/contention.py): its ledger on plain tables, and a 3-trial run on
+the real local control plane (scheduler-plugins) with the gang-on invariants."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from e2e import contention
+from e2e.contention_lib import BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_trial
+from e2e.pytest_plugin import own_cluster
+
+NODES = {"n0": 2, "n1": 2}  # 4 GPUs
+
+
+def ledger(*jobs: JobSpec) -> Ledger:
+    return Ledger(dict(NODES), {j.name: j for j in jobs}, t0=0.0)
+
+
+def job(name: str, pods: int, gpus: int = 1) -> JobSpec:
+    return JobSpec(name, pods, gpus, arrival_s=0.0, run_s=1.0)
+
+
+# -- the ledger, on tables ------------------------------------------------------------------------
+
+def test_a_gang_bound_at_once_holds_no_partial_gpus():
+    led = ledger(job("a", 3))
+    led.submit(0.0, "a")
+    for i, node in enumerate(["n0", "n0", "n1"]):
+        led.bind(1.0, f"a{i}", "a", node)
+    for i in range(3):
+        led.free(5.0 + i, f"a{i}")  # members ending one after another still count as a full gang
+    led.end(7.0, "a", "Succeeded")
+    m = led.metrics(8.0, "finished")
+    assert m["partial_gpu_s"] == 0 and m["max_partial_gpus"] == 0
+    assert m["arrival_to_bind_s"] == [1.0] and m["capacity_to_bind_s"] == []
+    assert m["makespan_s"] == 7.0 and m["jct_mean_s"] == 7.0 and m["bind_spread_s"] == [0.0]
+
+
+def test_partial_gpu_seconds_are_gpus_times_seconds_until_the_last_member_binds():
+    led = ledger(job("a", 3, gpus=1))
+    led.submit(0.0, "a")
+    led.bind(1.0, "a0", "a", "n0")  # 1 GPU partial from 1 s
+    led.bind(3.0, "a1", "a", "n0")  # 2 GPUs partial from 3 s
+    led.bind(4.0, "a2", "a", "n1")  # whole: no partial from 4 s
+    m = led.metrics(6.0, "finished")
+    assert m["partial_gpu_s"] == pytest.approx(1 * 2 + 2 * 1)
+    assert m["max_partial_gpus"] == 2
+    assert m["timeline"] == [(0.0, 0), (1.0, 1), (3.0, 2), (4.0, 0), (6.0, 0)]
+    assert m["bind_spread_s"] == [3.0]
+    assert m["bind_burst_gpu_s"] == 0 and m["stranded_gpu_s"] == m["partial_gpu_s"]  # 3 s is no burst
+
+
+def test_a_gang_bound_member_by_member_within_a_second_is_a_bind_burst():
+    led = ledger(job("a", 2, gpus=2), job("b", 2))
+    led.submit(0.0, "a")
+    led.submit(0.0, "b")
+    led.bind(1.0, "a0", "a", "n0")
+    led.bind(1.05, "a1", "a", "n1")  # a: 2 GPUs for 0.05 s, whole within the burst
+    m = led.metrics(2.0, "finished")
+    assert m["partial_gpu_s"] == pytest.approx(0.1) and m["bind_burst_gpu_s"] == pytest.approx(0.1)
+    assert m["stranded_gpu_s"] == pytest.approx(0.0)
+
+
+def test_two_half_bound_gangs_are_a_deadlock_after_the_window():
+    led = ledger(job("a", 3), job("b", 3))
+    led.submit(0.0, "a")
+    led.submit(0.0, "b")
+    led.bind(1.0, "a0", "a", "n0")
+    led.bind(1.0, "a1", "a", "n0")
+    led.bind(1.0, "b0", "b", "n1")
+    led.bind(1.0, "b1", "b", "n1")  # 4 of 4 GPUs held, neither job whole
+    assert led.stuck(1.0 + DEADLOCK_S - 0.1) is None
+    assert led.stuck(1.0 + DEADLOCK_S) == "deadlock"
+    m = led.metrics(1.0 + DEADLOCK_S, "deadlock")
+    assert m["deadlocks"] == 1 and m["makespan_s"] is None
+    assert m["partial_gpu_s"] == pytest.approx(4 * DEADLOCK_S)
+
+
+def test_waiting_without_partial_gpus_is_a_stall_not_a_deadlock():
+    led = ledger(job("a", 5))  # never fits in 4 GPUs
+    led.submit(0.0, "a")
+    assert led.stuck(DEADLOCK_S) == "stall"
+
+
+def test_capacity_to_bind_starts_when_the_waiting_gang_last_became_placeable():
+    led = ledger(job("a", 4), job("b", 2, gpus=2))
+    led.submit(0.0, "a")
+    for i, node in enumerate(["n0", "n0", "n1", "n1"]):
+        led.bind(0.5, f"a{i}", "a", node)
+    led.submit(1.0, "b")  # 2 pods of 2 GPUs: placeable only once a frees both nodes
+    led.free(4.0, "a0")
+    led.free(4.0, "a1")  # n0 free: one pod of b fits, not two
+    led.free(6.0, "a2")
+    led.free(6.0, "a3")  # b placeable from 6 s
+    led.end(6.0, "a", "Succeeded")
+    led.bind(6.5, "b0", "b", "n0")
+    led.bind(7.25, "b1", "b", "n1")
+    m = led.metrics(8.0, "finished")
+    assert m["capacity_to_bind_s"] == [pytest.approx(1.25)]
+    assert m["arrival_to_bind_s"] == [0.5]
+    assert m["partial_gpu_s"] == pytest.approx(2 * 0.75)  # b0's 2 GPUs until b1 bound
+
+
+def test_a_gang_restart_is_a_restart_not_a_capacity_wait():
+    led = ledger(job("a", 2))
+    led.submit(0.0, "a")
+    led.bind(1.0, "a0", "a", "n0")
+    led.bind(1.0, "a1", "a", "n1")
+    led.free(3.0, "a1")  # a member fails
+    led.free(3.1, "a0")  # the operator deletes the rest
+    led.bind(3.5, "a2", "a", "n0")
+    led.bind(3.6, "a3", "a", "n1")
+    m = led.metrics(4.0, "finished")
+    assert m["restarts"] == 1 and m["capacity_to_bind_s"] == []
+    assert m["restart_to_bind_s"] == [pytest.approx(0.6)]  # placeable again from the first free
+    assert m["partial_gpu_s"] == pytest.approx(0.1)
+
+
+def test_trials_are_drawn_from_the_seed_within_their_bounds():
+    a = [draw_trial(random.Random(7), i, 8, member_failure=i == 2) for i in range(3)]
+    b = [draw_trial(random.Random(7), i, 8, member_failure=i == 2) for i in range(3)]
+    assert a == b
+    for t in a:
+        assert 3 <= t.nodes <= 6
+        for j in t.jobs:
+            assert j.pods >= 2 and j.gpus <= t.gpus_per_node and j.total_gpus <= t.gpus
+        assert max(j.total_gpus for j in t.jobs) > t.gpus / 3 or t.gpus < 6
+    assert [j.fail_member is not None for j in a[2].jobs].count(True) == 1
+
+
+# -- the tool, end to end -------------------------------------------------------------------------
+
+@pytest.mark.cluster
+def test_contention_smoke(tmp_path):
+    with own_cluster(tmp_path / "cluster", ["default", "coscheduling"], gpu_nodes=0) as cluster:
+        rc = contention.main(["--trials", "3", "--jobs", "5", "--scheduler", "scheduler-plugins", "--gang", "both",
+                              "--seed", "3", "--dir", str(cluster.dir), "--out", str(tmp_path / "out")])
+    assert rc == 0
+    data = json.loads((tmp_path / "out" / "contention-scheduler-plugins.json").read_text())
+    trials = data["trials"]
+    assert len(trials) == 3 and trials[2]["member_failure"]
+    for trial in trials:
+        on, off = trial["runs"]["on"], trial["runs"]["off"]
+        assert on["outcome"] == "finished", on
+        # Gang on: no GPU held by an incomplete gang beyond the bind burst of one scheduling decision
+        # (a gang's Binding POSTs land a few ms apart; partial_gpu_s counts those ms, see CONTENTION.md).
+        assert on["deadlocks"] == 0 and on["stranded_gpu_s"] == 0, on
+        assert max(on["bind_spread_s"]) <= BIND_BURST_S, on["bind_spread_s"]
+        assert on["jobs_succeeded"] == on["jobs"] == 5
+        assert on["scheduler_names"] == ["scheduler-plugins-scheduler"]
+        assert off["scheduler_names"] == ["scheduler-plugins-scheduler"]
+        assert off["outcome"] in ("finished", "deadlock", "stall"), off
+    failure = trials[2]["runs"]["on"]["member_failure"]
+    assert failure["injected"] and failure["restart_count"] == 1 and failure["outcome"] == "Succeeded", failure
+    out = tmp_path / "out"
+    assert "| scheduler-plugins | on |" in (out / "contention-scheduler-plugins.md").read_text()
+    assert (out / "contention-scheduler-plugins.png").stat().st_size > 0
