@@ -18,7 +18,8 @@ import yaml
 from tfop.api import constants
 from tfop.api.constants import GROUP, KIND, PLURAL, STORAGE_VERSION
 from tfop.api.quantity import MAX_QUANTITY_LENGTH, QUANTITY_PATTERN
-from tfop.api.rules import MAX_JOB_REPLICAS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT, rules_at
+from tfop.api.rules import (MAX_JOB_REPLICAS, MAX_REPLICA_KEYS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT,
+                             rules_at)
 
 VERSIONS = constants.SERVED_VERSIONS  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
@@ -27,7 +28,6 @@ REPLICA_TYPES = list(constants.REPLICA_TYPES)
 CLEAN_POD_POLICIES = list(constants.CLEAN_POD_POLICIES)
 RESTART_POLICIES = list(constants.RESTART_POLICIES)
 SUCCESS_POLICIES = list(constants.SUCCESS_POLICIES)
-MAX_REPLICA_TYPES = len(REPLICA_TYPES)  # one spec per type at most
 OUTPUT = Path(__file__).resolve().parents[2] / "crds" / f"{GROUP}_{PLURAL}.yaml"
 
 _DEFS_PREFIX = "io.k8s.apimachinery.pkg"
@@ -53,6 +53,8 @@ def _validations(at: str) -> list[dict]:
     out = []
     for rule in rules_at(at):
         entry = {"rule": rule.cel, "message": rule.message}
+        if rule.message_cel:
+            entry["messageExpression"] = rule.message_cel
         if rule.field_path:
             entry["fieldPath"] = rule.field_path
         out.append(entry)
@@ -218,8 +220,8 @@ def _scheduling_policy():
         }})
 
 
-def _replica_spec(template, key, description):
-    spec = _d(description, {
+def _replica_spec(template):
+    return _d("Pods of one replica type.", {
         "type": "object",
         "properties": {
             "replicas": _int32("Number of pods of this type. Unset means 1 (applied by the "
@@ -234,44 +236,19 @@ def _replica_spec(template, key, description):
                                   enum=RESTART_POLICIES),
             "template": template,
         }})
-    validations = _validations(f"{REPLICA_SPECS}.{key}")
-    if validations:
-        spec["x-kubernetes-validations"] = validations
-    return spec
 
 
 def _replica_specs(template) -> dict:
-    """spec.tfReplicaSpecs: one property per declared spelling (see tfop.api.rules.REPLICA_KEYS).
+    """spec.tfReplicaSpecs: a map from replica type, in any case, to its spec (as upstream's).
 
-    Only Worker's pod template carries the Kubernetes field descriptions (they
-    are ~235 KB a copy): the other types have the same structure undescribed.
-    The lower-case spellings are checked for replicas and restartPolicy; their
-    template is kept as written (the operator reads it like the canonical one).
+    The keys are checked by the rules of tfop.api.rules; every key's pod
+    template is checked alike.
     """
-    undescribed = strip_descriptions(template)
-    undescribed["description"] = (
-        template["description"] + " Same fields as Worker's template; for their "
-        "descriptions see `kubectl explain tfjob.spec.tfReplicaSpecs.Worker.template`.")
-    properties = {}
-    for rtype in REPLICA_TYPES:
-        properties[rtype] = _replica_spec(
-            template if rtype == "Worker" else undescribed, rtype,
-            f"Pods of replica type {rtype}.")
-    for rtype in REPLICA_TYPES:
-        loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                 "description": f"Pod template, as in {rtype}.template (kept as written, "
-                                "not checked here)."}
-        properties[rtype.lower()] = _replica_spec(
-            loose, rtype.lower(),
-            f"{rtype} spelt in lower case; the operator reads it as {rtype}. "
-            f"Prefer {rtype}: only that spelling's pod template is checked on admission.")
-    return _d("Replica types of the job: Chief, Master, PS, Worker and Evaluator, each "
-              "spelt so or in lower case.", {
+    return _d("Replica types of the job, each mapped to its pods: Chief (or Master), PS, Worker "
+              "and Evaluator, in any case (Worker, worker and WORKER are one type).", {
                   "type": "object",
-                  "maxProperties": MAX_REPLICA_TYPES,
-                  "properties": properties,
-                  # misspelt keys are kept so that a rule rejects them, not pruned in silence
-                  "x-kubernetes-preserve-unknown-fields": True,
+                  "maxProperties": MAX_REPLICA_KEYS,
+                  "additionalProperties": _replica_spec(template),
                   "x-kubernetes-validations": _validations(REPLICA_SPECS)})
 
 
@@ -299,6 +276,9 @@ def tfjob_schema(conv: _Converter) -> dict:
             "tfReplicaSpecs": _replica_specs(template),
             "runPolicy": _d("Clean-up, limits and scheduling of the job.", {
                 "type": "object",
+                # {} when unset (on create, and on read of jobs stored before): the Kubeflow SDK's
+                # model requires it, and a job written as v1beta1 or v1alpha2 has none.
+                "default": {},
                 "properties": {
                     **_run_policy_fields(),
                     "suspend": {"type": "boolean", "description":
@@ -312,8 +292,9 @@ def tfjob_schema(conv: _Converter) -> dict:
                                   "when worker 0 succeeds, AllWorkers when all workers do.",
                                   enum=SUCCESS_POLICIES),
             "enableDynamicWorker": {"type": "boolean", "description":
-                                    "Workers may come and go: TF_CONFIG uses the sparse form "
-                                    "and worker failures do not fail the job."},
+                                    "Workers may come and go: TF_CONFIG uses the sparse form; a "
+                                    "worker whose restartPolicy is Never may fail without failing "
+                                    "the job (retryable failures restart as usual)."},
             **_run_policy_fields(legacy=True),
         }})
     return _d("TFJob runs a distributed TensorFlow training job.", {
@@ -329,6 +310,36 @@ def tfjob_schema(conv: _Converter) -> dict:
             "status": _status_schema(conv),
         },
         "x-kubernetes-validations": _validations(ROOT)})
+
+
+def _waiting_schemas() -> dict:
+    """status.admission and status.gang: why a job waits (tfop/core/pending.py, admission.py)."""
+    return {
+        "admission": _d("While Kueue holds the job (suspended until its Workload is admitted): why.", {
+            "type": "object",
+            "properties": {
+                "queue": _str("The job's Kueue LocalQueue."),
+                "clusterQueue": _str("The ClusterQueue that LocalQueue feeds."),
+                "reason": _str("tfop's cause: QueueQuotaExceeded or QueueNotFound."),
+                "message": _str("Why Kueue holds the job, in one plain sentence."),
+                "schedulerMessage": _str("Kueue's own words (the Workload's QuotaReserved condition)."),
+                "since": _time("When tfop first saw Kueue hold the job."),
+            }}),
+        "gang": _d("Gang scheduling state, as reported by the gang scheduler.", {
+            "type": "object",
+            "properties": {
+                "backend": _str("Gang scheduling backend in use, e.g. volcano."),
+                "group": _str("Name of the scheduler's group object (PodGroup, ...)."),
+                "phase": _str("Phase of the group as the scheduler reports it."),
+                "reason": _str("While the gang waits: tfop's cause when it knows one (InsufficientResources, "
+                               "NoNodeFitsPod, QueueClosed, QueueNotFound, PriorityClassNotFound), "
+                               "else the scheduler's (e.g. Unschedulable, PodGroupPending)."),
+                "message": _str("Why the gang waits, in one plain sentence computed by tfop from the "
+                                "gang's needs, the nodes' free capacity, its queue and PriorityClass."),
+                "schedulerMessage": _str("The scheduler's own words about the waiting gang, verbatim."),
+                "since": _time("When the group entered this phase."),
+            }}),
+    }
 
 
 def _status_schema(conv: _Converter) -> dict:
@@ -366,17 +377,16 @@ def _status_schema(conv: _Converter) -> dict:
             "lastReconcileTime": _time("When the operator last reconciled the job."),
             "ready": _str("Ready pods of all pods, e.g. 3/5."),
             "restartCount": _int32("Restarts counted against runPolicy.backoffLimit."),
+            "succeededIndexes": _d(
+                "Per replica type, the indices whose pod succeeded, as ranges (e.g. \"0-3,7\"): "
+                "such a pod, deleted later (completed-pod garbage collection, eviction), is not "
+                "created again. Cleared when the whole gang restarts and while suspended.",
+                {"type": "object", "additionalProperties": {"type": "string"}}),
             "observedGeneration": _int64("metadata.generation last acted upon."),
-            "gang": _d("Gang scheduling state, as reported by the gang scheduler.", {
-                "type": "object",
-                "properties": {
-                    "backend": _str("Gang scheduling backend in use, e.g. volcano."),
-                    "group": _str("Name of the scheduler's group object (PodGroup, ...)."),
-                    "phase": _str("Phase of the group as the scheduler reports it."),
-                    "reason": _str("Why the gang is in this phase, from the scheduler."),
-                    "message": _str("Scheduler's message, e.g. why the gang is pending."),
-                    "since": _time("When the group entered this phase."),
-                }}),
+            "message": _str("What to read now (the Message column): while the gang waits or Kueue holds "
+                            "the job, why, in tfop's words (gang.message, admission.message); otherwise the "
+                            "latest condition's message."),
+            **_waiting_schemas(),
         }})
 
 
@@ -397,8 +407,8 @@ PRINTER_COLUMNS = [
      "description": "Ready pods of all pods."},
     {"name": "Gang", "type": "string", "jsonPath": ".status.gang.phase", "priority": 1,
      "description": "Phase of the gang as the scheduler reports it."},
-    {"name": "Message", "type": "string", "jsonPath": ".status.conditions[-1:].message",
-     "priority": 1, "description": "Message of the latest condition."},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1,
+     "description": "Why a waiting gang waits, else the latest condition's message."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -33,7 +33,7 @@ What each gang backend needs beyond the base rules (tfop/gang/backends/*.py rbac
 tfop/tools/rbac.py crd_rules): the CRD reads at start, and its group objects.
 */}}
 {{- define "tfop.backends" -}}
-volcano: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.volcano.sh, resource: podgroups}}
+volcano: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.volcano.sh, resource: podgroups}, queues: {apiGroup: scheduling.volcano.sh, resource: queues}}
 scheduler-plugins: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.x-k8s.io, resource: podgroups}}
 kube-batch: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.incubator.k8s.io, resource: podgroups}}
 kube-arbitrator: {crdVerbs: [get], groupObjects: {apiGroup: policy, resource: poddisruptionbudgets}}
@@ -54,8 +54,9 @@ yunikorn: {crdVerbs: []}
 
 {{/*
 The operator's rules as YAML {base, group, cluster} (tfop/tools/rbac.py operator_rules, split by
-scope): base and group are namespaced (TFJobs, pods, services, events; the gang's group objects),
-cluster is what a Role cannot grant (PriorityClasses, CRDs). All namespaces: one ClusterRole with
+scope): base and group are namespaced (TFJobs, pods, services, events; the gang's group objects and
+Kueue's Workloads and LocalQueues),
+cluster is what a Role cannot grant (PriorityClasses, nodes, CRDs, Volcano's queues). All namespaces: one ClusterRole with
 base, cluster, group in that order. watchNamespaces: a Role with base and group in each, and a
 ClusterRole with cluster only.
 */}}
@@ -71,12 +72,16 @@ base:
 group:
 {{- with $backend.groupObjects }}
 - {apiGroups: [{{ .apiGroup }}], resources: [{{ .resource }}], verbs: [create, delete, get, list, patch, watch]}
-{{- else }} []
 {{- end }}
+- {apiGroups: [kueue.x-k8s.io], resources: [workloads, localqueues], verbs: [list, watch]}
 cluster:
 - {apiGroups: [scheduling.k8s.io], resources: [priorityclasses], verbs: [list, watch]}
+- {apiGroups: [""], resources: [nodes], verbs: [list, watch]}
 {{- with $backend.crdVerbs }}
 - {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: {{ toJson . }}}
+{{- end }}
+{{- with $backend.queues }}
+- {apiGroups: [{{ .apiGroup }}], resources: [{{ .resource }}], verbs: [list, watch]}
 {{- end }}
 {{- else }}
 group: []
