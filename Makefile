@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/tfop: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,bench]'  # bench: the PNGs the benchmark smoke tests check
 	touch $@
 
 install: $(BIN)/tfop

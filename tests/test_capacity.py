@@ -84,11 +84,3 @@ def test_queues_for_volcano_only_and_only_for_a_gang_that_may_wait():
     other, _ = room("scheduler-plugins")
     assert other.queues is None and other.queue_states() is None
 
-
-def test_a_namespaced_install_asks_for_no_cluster_wide_read():
-    """--namespace grants Roles only: nodes, bound pods and Volcano Queues are not even listed (a 403
-    per relist would be noise), so the sentence goes without capacity; Kueue's objects stay per namespace."""
-    r = ClusterRoom(KubeClient(None), load_backend("volcano")[0], ["team-a"])
-    assert [(i.plural, i.namespaces) for i in r.informers] == [("workloads", ["team-a"]),
-                                                                ("localqueues", ["team-a"])]
-    assert not r.known() and r.snapshot() is None and r.queue_states() is None

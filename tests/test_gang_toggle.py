@@ -204,8 +204,11 @@ def test_apply_gang_on_real_cluster(request):
         assert first[0].endswith("args += --enable-gang-scheduling --gang-scheduler-name volcano")
         assert first[1:] == [f"ClusterRole {role_name}: + {rule}" for rule in (
             "scheduling.k8s.io priorityclasses [list watch]",
+            "core nodes [list watch]",
             "apiextensions.k8s.io customresourcedefinitions [get list]",
-            "scheduling.volcano.sh podgroups [create delete get list patch watch]")]
+            "scheduling.volcano.sh queues [list watch]",
+            "scheduling.volcano.sh podgroups [create delete get list patch watch]",
+            "kueue.x-k8s.io workloads,localqueues [list watch]")]
         assert apply_gang(api, True, "volcano", target)[-1].startswith("nothing to do")
         volcano, _ = registry.load_backend("volcano")
         rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]

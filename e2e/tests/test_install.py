@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -159,6 +160,12 @@ def test_helm_template_namespaced_gang(cluster, namespace, request):
         env.kubectl("get", PODGROUPS, "gang", check=False).returncode == 0
         and len(env.pods("gang")) == 2), timeout=90, job="gang")
     log = Path(op.log_path).read_text(errors="replace")
-    # No RBAC refusal. (A 403 "cannot find RESTMapping ... TFJob" may come first: the apiserver's
-    # ownerReference check learns a CRD just created up to ~10 s late; tfop retries it.)
-    assert 'forbidden: user "system:serviceaccount:' not in log.lower(), op.log_tail()
+    # No RBAC refusal but the cluster-wide reads that only explain a waiting gang (nodes, bound pods,
+    # Volcano Queues), which a namespaced install does not grant: each said once, as a warning.
+    # (A 403 "cannot find RESTMapping ... TFJob" may come too: the apiserver's ownerReference check
+    # learns a CRD just created up to ~10 s late, and tfop retries it.)
+    refused = [line for line in log.splitlines() if 'forbidden: User "system:serviceaccount:' in line]
+    explained = [line for line in refused if re.search(r"WARNING tfop\.informer: cannot list (nodes|pods|queues) "
+                                                       r"\(all namespaces\)", line)]
+    assert refused == explained and len(explained) == len({line.split(": cannot list ")[1].split()[0]
+                                                           for line in explained}), op.log_tail()

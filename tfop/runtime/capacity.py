@@ -47,13 +47,10 @@ class ClusterRoom:
         self.pods = Informer(client, "v1", "pods", "Pod", [None], None, _ignore, key_of=_nobody,
                              on_event=self._pod_event, trim=self._trim_pod,
                              field_selector=BOUND_AND_RUNNING, optional=True)
-        # A namespaced install (--namespace) is granted no cluster-wide read: the nodes' room stays
-        # unknown there rather than asked for and refused.
-        self.cluster_wide = None in namespaces
-        self.informers = [self.nodes, self.pods] if self.cluster_wide else []
+        self.informers = [self.nodes, self.pods]
         self.queues = None
         queue = backend.queue_resource
-        if queue is not None and self.cluster_wide:  # Queues are cluster-scoped too
+        if queue is not None:
             self.queues = Informer(client, queue.api_version, queue.plural, queue.kind, [None], None, _ignore,
                                    key_of=_nobody, on_event=self._changed, trim=trim_queue, optional=True)
             self.informers.append(self.queues)
@@ -137,7 +134,7 @@ class ClusterRoom:
 
     # -- reading -----------------------------------------------------------------------------
     def known(self) -> bool:
-        return self.cluster_wide and all(i.synced.is_set() and i.denied is None for i in (self.nodes, self.pods))
+        return all(i.synced.is_set() and i.denied is None for i in (self.nodes, self.pods))
 
     def snapshot(self) -> Capacity | None:
         """The nodes' room now (at most SNAPSHOT_SECONDS old), or None while it is unknown. Only the
