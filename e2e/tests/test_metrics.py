@@ -35,8 +35,11 @@ def test_counters_and_gang_wait_move_with_the_jobs(cluster, namespace, request):
     op.start()
     env = Env(cluster, namespace, op)
     job = {"job_namespace": namespace, "framework": "tensorflow"}
-    before = scrape(port)
-    assert value(before, "tfop_leader") == 1
+    # Started means caches synced; it leads (and says so) a moment later, once it holds the Lease.
+    def leading():
+        now = scrape(port)
+        return now if value(now, "tfop_leader") == 1 else None
+    before = env.wait("tfop_leader to read 1", leading, timeout=30)
     assert value(before, "training_operator_jobs_created_total", **job) == 0
 
     env.apply(tfjob("ok", {"Worker": replica(1, exit_code=0, exit_delay="2s")}),

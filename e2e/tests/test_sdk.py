@@ -34,11 +34,15 @@ JOBS = {
     "sdk-v1alpha2": ("v1alpha2", {"MASTER": 1, "worker": 1, "pS": 2}, {"cleanPodPolicy": "None"}),
 }
 CANONICAL = {"chief": "Chief", "master": "Master", "ps": "PS", "worker": "Worker"}
+LEADERS = {"chief", "master"}
 
 
 def job_yaml(name: str) -> dict:
     version, counts, extra = JOBS[name]
-    job = tfjob(name, {key: replica(n, exit_code=0) for key, n in counts.items()}, **copy.deepcopy(extra))
+    # A chief or master ends the job when it exits: it exits last, so that every other pod has run and
+    # counts in replicaStatuses (a pod still Pending then would count nowhere, upstream too).
+    job = tfjob(name, {key: replica(n, exit_code=0, exit_delay="4s" if key.lower() in LEADERS else None)
+                       for key, n in counts.items()}, **copy.deepcopy(extra))
     job["apiVersion"] = f"kubeflow.org/{version}"
     return job
 
