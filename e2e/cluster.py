@@ -86,6 +86,8 @@ AUDIT_POLICY = {
     ],
 }
 
+# Volcano's enqueue step (overcommit and proportion) weighs a gang against the whole cluster and
+# every gang admitted before it: tests that share this Volcano run one at a time (gang_helpers.Runner).
 VOLCANO_CONF = """\
 actions: "enqueue, allocate, backfill"
 tiers:
@@ -220,11 +222,13 @@ class Cluster:
         self.state["pids"] = {}
         if keep_dir or not self.dir.exists():
             return
-        # Only delete what we created (the dir may be user-chosen).
-        for sub in ("etcd", "pki", "logs", "kubeconfigs", "sa-kubeconfigs"):
+        # Only delete what we created (the dir may be user-chosen). TFOP_E2E_KEEP_LOGS=1 keeps the
+        # components' logs and the audit log, to read why a test failed.
+        keep_logs = os.environ.get("TFOP_E2E_KEEP_LOGS") == "1"
+        for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs") + (() if keep_logs else ("logs",)):
             _rmtree(self.dir / sub)
         for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml",
-                  "koordinator.yaml", "kueue.yaml", "audit-policy.yaml", AUDIT_LOG):
+                  "koordinator.yaml", "kueue.yaml", "audit-policy.yaml") + (() if keep_logs else (AUDIT_LOG,)):
             (self.dir / f).unlink(missing_ok=True)
         try:
             self.dir.rmdir()

@@ -192,11 +192,17 @@ def node_ready(node: dict | None) -> bool:
 
 
 @contextlib.contextmanager
-def pool(cluster, api: Api, name: str):
-    p = Pool(cluster, api, name)
+def pool(cluster, api: Api, namespace: str):
+    """The test's nodes, for the pods of its namespace. Its pods go before its nodes do: pods left
+    bound to deleted nodes still count in Volcano's queue until the pod GC removes them (about 40 s
+    later), while the nodes no longer count in the cluster's total: the next test's gang would wait.
+    (Deleting the pods takes about 1 s.)"""
+    p = Pool(cluster, api, namespace)
     try:
         yield p
     finally:
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s",
+                        check=False, timeout=70)
         p.remove_all()
 
 
@@ -205,15 +211,11 @@ def pool(cluster, api: Api, name: str):
 
 @contextlib.contextmanager
 def gpu_pool(cluster, api: Api, ns: str):
-    """The test's pool. Its pods go before its nodes do: pods left bound to deleted nodes still
-    count in Volcano's queue until the pod GC removes them (about 40 s later), and would keep the
-    next test's gang Pending. (Deleting the pods takes 1 s, waiting for the namespace 10 s.)"""
+    """The test's pool (see pool), and its namespace deleted after it (not waited for: 10 s)."""
     with pool(cluster, api, ns) as p:
         try:
             yield p
         finally:
-            cluster.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=60s",
-                            check=False, timeout=70)
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
@@ -445,17 +447,26 @@ def new_namespace(cluster, test_name: str) -> str:
 class Runner:
     """Runs the selected scenarios of a module on a few threads at once; each test
     item then waits for, and re-raises, the outcome of its own scenario. Every
-    scenario still gets its own namespace, operator process and nodes."""
+    scenario still gets its own namespace, operator process and nodes.
 
-    def __init__(self, cluster, items, bodies: dict[str, Callable], workers: int):
+    Nodes of its own do not isolate a scenario on a scheduler that admits gangs against the whole
+    cluster: Volcano's enqueue step weighs a gang's minResources against every node and every gang
+    it admitted earlier, so one scenario's gang waiting on its own too-small pool holds back
+    another's. Scenarios for which `one_at_a_time(test name, params)` is true run on a thread of their own,
+    one after another, beside the others."""
+
+    def __init__(self, cluster, items, bodies: dict[str, Callable], workers: int,
+                 one_at_a_time: Callable[[str, dict], bool] = lambda name, params: False):
         self.cluster, self.api = cluster, Api(cluster)
         self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="scenario")
+        self.serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scenario-serial")
         self.futures: dict[str, concurrent.futures.Future] = {}
         self.took: dict[str, float] = {}
         for item in items:
             params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
             body = bodies[item.originalname]
-            self.futures[item.nodeid] = self.executor.submit(self._run, item.nodeid, item.name, body, params)
+            executor = self.serial if one_at_a_time(item.originalname, params) else self.executor
+            self.futures[item.nodeid] = executor.submit(self._run, item.nodeid, item.name, body, params)
 
     def _run(self, nodeid: str, name: str, body: Callable, params: dict) -> None:
         t0 = time.monotonic()
@@ -471,4 +482,5 @@ class Runner:
         return self.took[nodeid]
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        for executor in (self.executor, self.serial):
+            executor.shutdown(wait=True, cancel_futures=True)

@@ -62,6 +62,7 @@ def gang_setup(cluster, backend: str) -> tuple[str, list[str], str]:
     return backend, [], SCHEDULER_OF[backend]
 
 
+VOLCANO_ONLY = {"test_schedule_timeout_fails_the_job"}  # Volcano's, with no backend parameter
 WORKERS = 6  # scenarios at once: most of their time is spent watching gangs wait
 BODIES = {}
 
@@ -542,7 +543,8 @@ ORDER = ["test_seed004_gang_second_job_waits_until_first_finishes", "test_seed00
 def runner(cluster, request):
     items = [i for i in request.session.items if i.module is request.module]
     items.sort(key=lambda i: ORDER.index(i.originalname))
-    r = Runner(cluster, items, BODIES, workers=WORKERS)
+    r = Runner(cluster, items, BODIES, workers=WORKERS,
+               one_at_a_time=lambda name, params: params.get("backend") == "volcano" or name in VOLCANO_ONLY)
     yield r
     r.close()
 
