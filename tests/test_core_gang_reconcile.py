@@ -630,6 +630,29 @@ def test_waiting_gang_says_why_in_plain_words_and_posts_one_event_per_cause():
     assert fits.events == []
 
 
+def _held(job, waited_s, phase="Pending"):
+    job = with_status(job, gang={"backend": "volcano", "group": "tf-job", "phase": phase, "since": ago(waited_s)})
+    group = group_of(desired_group("volcano", job), phase=phase)
+    return run(job, Observed(services=all_services(job), group=group, capacity=_room(4, 4),
+                             queues={"default": "Open"}), ctx=ctx("volcano"))
+
+
+def test_a_gang_the_free_capacity_fits_but_volcano_has_long_not_admitted_is_said_held():
+    job = _gpu_job()
+    fresh = _held(job, 4)  # not yet through a scheduling cycle, maybe: the ordinary sentence, asked again at 10 s
+    assert fresh.status["gang"]["message"].endswith("the cluster's free capacity fits them")
+    assert fresh.events == [] and fresh.requeue_after == pytest.approx(6)
+    held = _held(job, 11)
+    assert held.status["gang"]["reason"] == "AdmissionHeld"
+    assert held.status["gang"]["message"] == (
+        "waiting for volcano to admit 2 pods as one gang; the cluster's free capacity fits them, but volcano "
+        "keeps it for gangs it admitted earlier that have not started")
+    assert [(e.type, e.reason) for e in held.events] == [("Warning", "AdmissionHeld")]
+    admitted = _held(job, 60, phase="Inqueue")  # admitted: placing it is the scheduler's step
+    assert admitted.status["gang"]["message"].endswith("the cluster's free capacity fits them")
+    assert [e.reason for e in admitted.events if e.type == "Warning"] == []
+
+
 def test_a_closed_queue_is_said_before_resources():
     job = _gpu_job()
     group = group_of(desired_group("volcano", job), phase="Pending")

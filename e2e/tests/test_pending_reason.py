@@ -142,6 +142,47 @@ def test_volcano_queue_closed_and_missing(cluster, namespace):
         cluster.kubectl("delete", "queues.scheduling.volcano.sh", closed, "--ignore-not-found", check=False)
 
 
+def blocker(ns: str, gpus: int) -> list[dict]:
+    """A Volcano gang no node can take (its pod selects no node): once Volcano admits it (Inqueue),
+    Volcano keeps its minResources for it, cluster-wide."""
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "held", "namespace": ns},
+             "spec": {"minMember": 1, "queue": "default", "minResources": {GPU_RESOURCE: str(gpus)}}}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "held-0", "namespace": ns, "annotations": {"scheduling.k8s.io/group-name": "held"}},
+           "spec": {"schedulerName": "volcano", "nodeSelector": {"tfop.test/nowhere": "true"},
+                    "containers": [{"name": "c", "image": "registry.example/tf:2",
+                                    "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}]}}
+    return [group, pod]
+
+
+def test_volcano_holding_a_gang_the_free_capacity_fits(cluster, namespace):
+    """Another namespace's gang that Volcano admitted but no node can take keeps all but one of the
+    cluster's GPUs in Volcano's books: a 2-GPU gang with 2 GPUs free on its own nodes is not admitted.
+    After 10 s tfop says so (AdmissionHeld), once; when the other gang goes, it runs."""
+    needs(cluster, "volcano")
+    api = Api(cluster)
+    other = f"held-{uuid.uuid4().hex[:6]}"
+    with gpu_pool(cluster, api, namespace) as pool, operator(cluster, namespace, "volcano"):
+        pool.add(2, gpus=1)
+        total = sum(int((n["status"].get("allocatable") or {}).get(GPU_RESOURCE, "0"))
+                    for n in api.get("/api/v1/nodes")["items"])
+        cluster.kubectl("create", "namespace", other)
+        try:
+            cluster.apply(blocker(other, total - 1))
+            wait_until(lambda: ((api.group("volcano", other, "held") or {}).get("status") or {}).get("phase")
+                       == "Inqueue", 30, "the other gang admitted (Inqueue)")
+            job = gpu_job(namespace, "fits", pool, workers=2, gpus=1)
+            submit(cluster, job)
+            held = ("waiting for volcano to admit 2 pods as one gang; the cluster's free capacity fits them, "
+                    "but volcano keeps it for gangs it admitted earlier that have not started")
+            assert_said(cluster, api, namespace, "fits", "AdmissionHeld", held)
+            assert [(r, c) for r, _, c in warnings(api, namespace, "fits")] == [("AdmissionHeld", 1)]
+        finally:
+            cluster.kubectl("delete", "namespace", other, "--wait=true", "--timeout=60s", check=False, timeout=70)
+        wait_all_running(api, job, timeout=SENTENCE_SECONDS)
+
+
 def test_scheduler_plugins_missing_priority_class(cluster, namespace):
     needs(cluster, "coscheduling")
     api = Api(cluster)

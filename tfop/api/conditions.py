@@ -111,7 +111,10 @@ QUEUE_CLOSED = "QueueClosed"
 QUEUE_NOT_FOUND = "QueueNotFound"
 PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
 QUEUE_QUOTA_EXCEEDED = "QueueQuotaExceeded"  # Kueue: the job's ClusterQueue has too little quota left
+# The free capacity fits, yet the scheduler has long not admitted the group: Volcano keeps room for
+# gangs it admitted earlier that have not started (their PodGroups Inqueue).
+ADMISSION_HELD = "AdmissionHeld"
 WAIT_CAUSES = frozenset({INSUFFICIENT_RESOURCES, NO_NODE_FITS_POD, QUEUE_CLOSED, QUEUE_NOT_FOUND,
-                         PRIORITY_CLASS_NOT_FOUND, QUEUE_QUOTA_EXCEEDED})
+                         PRIORITY_CLASS_NOT_FOUND, QUEUE_QUOTA_EXCEEDED, ADMISSION_HELD})
 # A gang on its ordinary way to start: nothing the user can act on (see tfop/runtime/holding.py).
 STARTING_GANG_REASONS = frozenset({GANG_NOT_ADMITTED, GANG_GROUP_PENDING, GANG_PENDING})

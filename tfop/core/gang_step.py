@@ -15,6 +15,9 @@ from tfop.gang.base import GangBackend, GangShape, GangState
 from tfop.gang.shape import compute_shape, shape_problems
 
 NO_GANG = (None, GangState(admitted=True))
+# A group the scheduler has not admitted for this long, while the free capacity fits the gang, is
+# held back (pending.ADMISSION_HELD); before, it is a group not yet seen by a scheduling cycle.
+ADMISSION_GRACE_SECONDS = 10
 
 
 def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] | None:
@@ -64,8 +67,11 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     if running >= shape.min_member:
         return gang
     previous = draft.status.get("gang") or {}
+    waited = view.elapsed_since(previous.get("since"))
+    long_unadmitted = (view.group is not None and not state.admitted and waited is not None
+                       and waited >= ADMISSION_GRACE_SECONDS)
     waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
-                                   view.obs.priority_values)
+                                   view.obs.priority_values, long_unadmitted=long_unadmitted)
     gang["reason"] = waiting.cause or scheduler_reason(state)
     gang["message"] = conditions.capped(waiting.message, conditions.MAX_CONDITION_MESSAGE)
     said = state.message or f"{running}/{shape.min_member} gang members running"
@@ -95,6 +101,9 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
         _touch_group(draft, backend, gang["since"])
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))
+    if waiting and draft.view.group is not None and not state.admitted and waited is not None \
+            and waited < ADMISSION_GRACE_SECONDS:
+        draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say if the scheduler holds it back
     if not waiting or not timeout or waited is None:
         return True
     if waited < timeout:

@@ -31,6 +31,7 @@ QUEUE_CLOSED = conditions.QUEUE_CLOSED
 QUEUE_NOT_FOUND = conditions.QUEUE_NOT_FOUND
 PRIORITY_CLASS_NOT_FOUND = conditions.PRIORITY_CLASS_NOT_FOUND
 QUOTA_EXCEEDED = conditions.QUEUE_QUOTA_EXCEEDED
+ADMISSION_HELD = conditions.ADMISSION_HELD
 CAUSES = conditions.WAIT_CAUSES
 # Taint effects that keep a pod off a node it does not tolerate (PreferNoSchedule only discourages).
 KEEPING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -193,9 +194,11 @@ def _pod_spec(job: TFJob, rtype: str) -> Mapping[str, Any]:
 # -- the sentence ----------------------------------------------------------------------------
 def explain_gang(job: TFJob, shape: GangShape, members: Sequence[Mapping[str, Any]], scheduler: str,
                  capacity: Capacity | None, queues: Mapping[str, str] | None,
-                 priority_values: Mapping[str, int] | None, default_queue: str = "default") -> Waiting:
+                 priority_values: Mapping[str, int] | None, default_queue: str = "default",
+                 long_unadmitted: bool = False) -> Waiting:
     """The first of: a missing PriorityClass, a missing or closed queue, too little free in the
-    cluster, no nodes with room for the pods; else the gang is on its way."""
+    cluster, no nodes with room for the pods, the scheduler holding back a gang the free capacity
+    fits (long_unadmitted: its group not admitted for a while); else the gang is on its way."""
     missing = missing_priority_class(job, shape, priority_values)
     if missing:
         return Waiting(f"priority class {missing} does not exist", PRIORITY_CLASS_NOT_FOUND)
@@ -212,7 +215,7 @@ def explain_gang(job: TFJob, shape: GangShape, members: Sequence[Mapping[str, An
     per_pod = {t: _requests(shape, t) for t in left}
     if capacity is None:
         return Waiting(_without_capacity(left, per_pod, scheduler))
-    return resource_wait(job, left, per_pod, capacity, scheduler)
+    return resource_wait(job, left, per_pod, capacity, scheduler, long_unadmitted)
 
 
 def missing_priority_class(job: TFJob, shape: GangShape, priority_values: Mapping[str, int] | None) -> str:
@@ -246,7 +249,7 @@ def _milli(value: Fraction, up: bool = False) -> int:
 
 
 def resource_wait(job: TFJob, left: Mapping[str, int], per_pod: Mapping[str, Mapping[str, Fraction]],
-                  capacity: Capacity, scheduler: str) -> Waiting:
+                  capacity: Capacity, scheduler: str, long_unadmitted: bool = False) -> Waiting:
     n = sum(left.values())
     need = {t: {r: _milli(q, up=True) for r, q in per_pod[t].items()} for t in left}
     usable_for = {t: capacity.usable(_pod_spec(job, t)) for t in left}
@@ -258,6 +261,12 @@ def resource_wait(job: TFJob, left: Mapping[str, int], per_pod: Mapping[str, Map
             return Waiting(f"waiting for {_qty(total[r], r)} {r} for {_pods(n)} as one gang; "
                            + _free_on(free, r), NOT_ENOUGH_RESOURCES)
     short = _pack(left, need, usable_for)
+    if short is None and long_unadmitted:
+        # What else holds it: Volcano admits a gang only if it fits what is idle minus what gangs
+        # admitted earlier reserve, cluster-wide, however few nodes those can use.
+        return Waiting(f"waiting for {scheduler} to admit {_pods(n)} as one gang; the cluster's free "
+                       f"capacity fits them, but {scheduler} keeps it for gangs it admitted earlier "
+                       "that have not started", ADMISSION_HELD)
     if short is None:
         return Waiting(f"waiting for {scheduler} to place {_pods(n)} as one gang; "
                        "the cluster's free capacity fits them")

@@ -332,7 +332,7 @@ def _waiting_schemas() -> dict:
                 "group": _str("Name of the scheduler's group object (PodGroup, ...)."),
                 "phase": _str("Phase of the group as the scheduler reports it."),
                 "reason": _str("While the gang waits: tfop's cause when it knows one (InsufficientResources, "
-                               "NoNodeFitsPod, QueueClosed, QueueNotFound, PriorityClassNotFound), "
+                               "NoNodeFitsPod, QueueClosed, QueueNotFound, PriorityClassNotFound, AdmissionHeld), "
                                "else the scheduler's (e.g. Unschedulable, PodGroupPending)."),
                 "message": _str("Why the gang waits, in one plain sentence computed by tfop from the "
                                 "gang's needs, the nodes' free capacity, its queue and PriorityClass."),
