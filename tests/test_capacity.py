@@ -55,15 +55,34 @@ def test_requests_follow_the_pods_bound_to_each_node():
     b = {n.name: n for n in r.snapshot().nodes}["b"]
     assert [t.key for t in b.taints] == ["k"] and b.ready and not b.unschedulable
 
-    r.pods.remove(pod("p1", 5, "a"))  # finished (the field selector drops it) or deleted
+    r.pods.upsert(pod("p3", 5, "a", gpus=1))
     clock.now += 1
     assert free(r, "a")[0] == 1, "a snapshot is rebuilt at most every SNAPSHOT_SECONDS"
     clock.now += 2
-    assert free(r, "a")[0] == 3
-    r.pods.upsert(pod("p2", 6, "a", gpus=4))  # its requests changed: counted once, anew
+    assert free(r, "a")[0] == 0
+    r.pods.remove(pod("p1", 6, "a"))  # finished (the field selector drops it) or deleted: room freed,
+    r.pods.remove(pod("p3", 7, "a"))
+    assert free(r, "a")[0] == 3  # which the waiting gangs woken for it read at once
+    r.pods.upsert(pod("p2", 8, "a", gpus=4))  # its requests changed: counted once, anew
     clock.now += 2
     assert free(r, "a")[0] == 0
     assert r.requested == {"a": {GPU: 4000, "cpu": 500}} and len(r.counted) == 1  # in thousandths
+
+
+def test_room_freed_wakes_the_waiting_gangs_and_says_when():
+    woken = []
+    r, _ = room()
+    r.on_room_grew = lambda: woken.append(r.snapshot().grew_at)
+    r.nodes.upsert(node("a", 1))
+    assert len(woken) == 1 and woken[0] is not None  # a new node
+    r.nodes.upsert(node("a", 2))  # a heartbeat: nothing it offers changed
+    r.pods.upsert(pod("p1", 3, "a"))  # room taken
+    assert len(woken) == 1
+    r.nodes.upsert(node("a", 4, gpus=8))
+    r.pods.remove(pod("p1", 5, "a"))
+    assert len(woken) == 3 and woken[2] >= woken[1] >= woken[0]
+    r.nodes.remove(node("a", 6))
+    assert len(woken) == 3
 
 
 def test_unknown_until_listed_and_none_when_refused():

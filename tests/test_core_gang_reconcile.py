@@ -1,10 +1,11 @@
 """reconcile() with gang backends: group first, admission, finish/suspend, gang restart, timeouts."""
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
 from core_fixtures import (
-    NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, pod,
+    NOW, NOW_S, ago, all_pods, all_services, cond, context, ctypes, last_condition, model, names, pod,
     pod_template, refs, rspec, run, running_status, tfjob, with_status,
 )
 from tfop.api import conditions as S
@@ -429,7 +430,7 @@ def test_gang_since_kept_while_waiting():
 RETRY = "tfop.kubeflow.org/gang-retry"
 
 
-def _unschedulable(name, waited, touched=None):
+def _unschedulable(name, waited, touched=None, capacity=None):
     job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(waited),
                       gang={"backend": name, "group": "tf-job", "since": ago(waited)})
     group = group_of(desired_group(name), phase="Scheduling" if name == "scheduler-plugins" else "Inqueue")
@@ -437,7 +438,7 @@ def _unschedulable(name, waited, touched=None):
         group["metadata"]["annotations"] = {**group["metadata"].get("annotations", {}), RETRY: ago(touched)}
     pods = gang_pods(job, name, phase="Pending",
                      **{k: dict(unschedulable=POD_MESSAGE) for k in ("ps_0", "worker_0", "worker_1")})
-    return run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx(name))
+    return run(job, Observed(pods=pods, services=all_services(job), group=group, capacity=capacity), ctx=ctx(name))
 
 
 # (backend, waited since the gang began waiting, seconds since the last touch, touch now?, requeue after)
@@ -458,6 +459,32 @@ def test_unschedulable_gang_group_touched(name, waited, touched, touch, requeue)
     assert patches == ([("PodGroup", "tf-job", {"metadata": {"annotations": {RETRY: NOW_S}}})] if touch else [])
     assert plan.requeue_after == requeue
     assert plan.delete == [] and plan.create == []
+
+
+def _freed(seconds_ago, fits=True):
+    from tfop.core.pending import Capacity, NodeRoom
+    big = 10**9  # a gang of pods without requests fits any Ready node; none that is not Ready
+    return Capacity((NodeRoom("n", {"cpu": big, "memory": big, "pods": big}, ready=fits),),
+                    grew_at=NOW - timedelta(seconds=seconds_ago))
+
+
+# (seconds since the last touch, since room was freed, does the room fit the gang, touch now?, requeue after)
+ROOM_TOUCH_TABLE = [
+    (12, 5, True, True, 30),  # room freed since the last touch: the scheduler is told now, not 18 s later
+    (3, 10, True, False, 27),  # freed before it: the periodic touch
+    (12, 5, False, False, 18),  # freed, but not enough for the gang
+]
+
+
+@pytest.mark.parametrize("touched,freed,fits,touch,requeue", ROOM_TOUCH_TABLE)
+def test_unschedulable_gang_group_touched_when_room_it_fits_is_freed(touched, freed, fits, touch, requeue):
+    plan = _unschedulable("scheduler-plugins", 95, touched, capacity=_freed(freed, fits))
+    assert [ref.name for ref, _ in plan.patch] == (["tf-job"] if touch else [])
+    assert plan.requeue_after == requeue
+    if not fits:  # its pods request nothing: only the lack of any node keeps them off
+        assert plan.status["gang"]["message"] == (
+            "waiting for scheduler-plugins to place 3 pods as one gang; no node takes a ps pod (Ready, "
+            "schedulable, and matching its nodeSelector, affinity and tolerations)")
 
 
 def test_running_gang_group_not_touched():

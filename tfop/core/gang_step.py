@@ -18,6 +18,8 @@ NO_GANG = (None, GangState(admitted=True))
 # A group the scheduler has not admitted for this long, while the free capacity fits the gang, is
 # held back (pending.ADMISSION_HELD); before, it is a group not yet seen by a scheduling cycle.
 ADMISSION_GRACE_SECONDS = 10
+# A gang's group is touched at most this often for room freed (each touch is a write and a new try).
+TOUCH_GAP_SECONDS = 1.0
 
 
 def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] | None:
@@ -55,9 +57,10 @@ def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
         draft.plan.patch.append((Ref.of(observed, backend.group_resource.plural), change))
 
 
-def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> dict:
+def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> tuple[dict, bool]:
     """status.gang: the backend and group, and while members are missing why, in tfop's words (message,
-    reason: a cause from tfop/core/pending.py when there is one) and in the scheduler's (schedulerMessage)."""
+    reason: a cause from tfop/core/pending.py when there is one) and in the scheduler's (schedulerMessage);
+    and whether the free capacity fits the members still unplaced."""
     view = draft.view
     # succeeded members count, also when deleted since (status.succeededIndexes)
     running = sum(pods.phase(p) == "Running" for p in view.members) + view.succeeded_total()
@@ -65,7 +68,7 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     if state.phase:
         gang["phase"] = state.phase
     if running >= shape.min_member:
-        return gang
+        return gang, False
     previous = draft.status.get("gang") or {}
     waited = view.elapsed_since(previous.get("since"))
     long_unadmitted = (view.group is not None and not state.admitted and waited is not None
@@ -79,7 +82,7 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
         said = previous["schedulerMessage"]  # the scheduler's reason, not the echo after it
     gang["schedulerMessage"] = conditions.capped(said, conditions.MAX_CONDITION_MESSAGE)
     gang["since"] = previous.get("since") or conditions.timestamp_ceil(view.now)
-    return gang
+    return gang, waiting.fits
 
 
 def scheduler_reason(state: GangState) -> str:
@@ -90,7 +93,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     """Write status.gang, with one Warning Event when its cause changes; enforce scheduleTimeoutSeconds.
     False when the job failed."""
     before = (draft.status.get("gang") or {}).get("reason")
-    gang = wait_status(draft, backend, shape, state)
+    gang, fits = wait_status(draft, backend, shape, state)
     draft.status["gang"] = gang
     waiting = "reason" in gang
     cause = gang.get("reason") if gang.get("reason") != scheduler_reason(state) else None
@@ -98,7 +101,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
         draft.event("Warning", cause, gang["message"])
     if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
-        _touch_group(draft, backend, gang["since"])
+        _touch_group(draft, backend, gang["since"], fits)
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))
     if waiting and draft.view.group is not None and not state.admitted and waited is not None \
@@ -126,9 +129,10 @@ def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
     return False
 
 
-def _touch_group(draft: Draft, backend: GangBackend, since: str) -> None:
-    """Annotate the group of an unschedulable gang every retry_touch_seconds, for
-    schedulers that look at a rejected gang again only when its group changes."""
+def _touch_group(draft: Draft, backend: GangBackend, since: str, fits: bool) -> None:
+    """Annotate the group of an unschedulable gang, for schedulers that look at a rejected gang again
+    only when its group changes: when room the gang fits was freed after the last touch (at most every
+    TOUCH_GAP_SECONDS), else every retry_touch_seconds."""
     group: Mapping[str, Any] | None = draft.view.group
     every = backend.retry_touch_seconds
     if not every or group is None or group["metadata"].get("deletionTimestamp"):
@@ -136,10 +140,15 @@ def _touch_group(draft: Draft, backend: GangBackend, since: str) -> None:
     last = (group["metadata"].get("annotations") or {}).get(ANNOTATION_GANG_RETRY)
     try:
         waited = draft.view.elapsed_since(last or since)
+        touched_at = conditions.parse_time(last)
     except ValueError:  # someone wrote a malformed stamp: touch again
-        waited = None
-    if waited is not None and waited < every:
-        draft.plan.requeue(every - waited)
+        waited = touched_at = None
+    capacity = draft.view.obs.capacity
+    grew_at = capacity.grew_at if fits and capacity is not None else None
+    room_since = grew_at is not None and (touched_at is None or touched_at < grew_at)
+    due = min(every, TOUCH_GAP_SECONDS) if room_since else every
+    if waited is not None and waited < due:
+        draft.plan.requeue(due - waited)
         return
     stamp = {"metadata": {"annotations": {ANNOTATION_GANG_RETRY: conditions.timestamp(draft.view.now)}}}
     draft.plan.patch.append((Ref.of(group, backend.group_resource.plural), stamp))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from fractions import Fraction
 from functools import cached_property
 from math import ceil, floor
@@ -72,6 +73,7 @@ class NodeRoom:
 @dataclass(frozen=True)
 class Capacity:
     nodes: tuple[NodeRoom, ...] = ()
+    grew_at: datetime | None = None  # when room was last freed (a bound pod gone, a node new or changed)
     # Pod placement (nodeSelector, affinity, tolerations) -> the nodes that accept it: gangs of the same
     # placement share one pass over the nodes per snapshot. Bounded: a snapshot lives seconds.
     _usable: dict = field(default_factory=dict, compare=False, repr=False)
@@ -91,6 +93,7 @@ class Waiting:
 
     message: str
     cause: str = ""
+    fits: bool = False  # the free capacity fits every unplaced member: it is the scheduler's turn
 
 
 # -- what the gang still needs ---------------------------------------------------------------
@@ -266,11 +269,15 @@ def resource_wait(job: TFJob, left: Mapping[str, int], per_pod: Mapping[str, Map
         # admitted earlier reserve, cluster-wide, however few nodes those can use.
         return Waiting(f"waiting for {scheduler} to admit {_pods(n)} as one gang; the cluster's free "
                        f"capacity fits them, but {scheduler} keeps it for gangs it admitted earlier "
-                       "that have not started", ADMISSION_HELD)
+                       "that have not started", ADMISSION_HELD, fits=True)
     if short is None:
         return Waiting(f"waiting for {scheduler} to place {_pods(n)} as one gang; "
-                       "the cluster's free capacity fits them")
+                       "the cluster's free capacity fits them", fits=True)
     rtype, fitted = short
+    if not need[rtype]:  # it requests nothing: only no node at all keeps it off
+        return Waiting(f"waiting for {scheduler} to place {_pods(n)} as one gang; no node takes a "
+                       f"{rtype.lower()} pod (Ready, schedulable, and matching its nodeSelector, "
+                       "affinity and tolerations)", NO_NODE_FITS)
     r = _tightest(need[rtype], usable_for[rtype])
     free = [node.room.get(r, 0) for node in usable_for[rtype]]
     head = f"waiting for {_qty(total[r], r)} {r} for {_pods(n)} as one gang; {_free_on(free, r)}"

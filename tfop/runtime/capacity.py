@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from tfop.core.pending import Capacity, NodeRoom, Taint
@@ -25,6 +26,10 @@ from tfop.runtime.jobs import JobKey
 # Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed since
+# Room freed (a bound pod gone, a node new or changed) wakes the waiting gangs this soon after, with a
+# snapshot built anew for them: a scheduler that retries a rejected gang only when its group changes
+# (tfop.core.gang_step._touch_group) is told then, not at its next periodic touch.
+WAKE_SECONDS = 0.25
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
 
@@ -39,8 +44,9 @@ def _ignore(_key) -> None:
 
 class ClusterRoom:
     def __init__(self, client: KubeClient, backend: GangBackend, namespaces: list[str | None] | None = None,
-                 on_change: Callable[[JobKey], None] = _ignore, clock: Callable[[], float] = time.monotonic):
-        self.clock = clock
+                 on_change: Callable[[JobKey], None] = _ignore, clock: Callable[[], float] = time.monotonic,
+                 on_room_grew: Callable[[], None] = lambda: None):
+        self.clock, self.on_room_grew = clock, on_room_grew
         namespaces = namespaces or [None]
         self.nodes = Informer(client, "v1", "nodes", "Node", [None], None, _ignore, key_of=_nobody,
                               on_event=self._node_event, trim=trim_node, optional=True)
@@ -70,6 +76,9 @@ class ClusterRoom:
         self._snapshot: Capacity | None = None
         self._built_at = float("-inf")
         self._dirty = True
+        self._grew_at: datetime | None = None  # wall clock: compared with the stamps in objects
+        self._nodes_seen: dict[str, tuple] = {}  # node name -> what of it makes room (to tell a change)
+        self._wake: asyncio.TimerHandle | None = None
 
     def start(self) -> dict[str, asyncio.Task]:
         """The informers' tasks, vital as the controller's own; a pass never waits for them to fill:
@@ -105,22 +114,34 @@ class ClusterRoom:
     def _changed(self, _event: str, _obj: Mapping[str, Any]) -> None:
         self._dirty = True
 
-    def _node_event(self, _event: str, node: Mapping[str, Any]) -> None:
-        self._stale.add(node["metadata"]["name"])
+    def _node_event(self, event: str, node: Mapping[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        self._stale.add(name)
         self._dirty = True
+        if event == "DELETED":
+            self._nodes_seen.pop(name, None)
+            return
+        seen = (tuple(sorted((node.get("allocatable") or {}).items())), bool(node.get("ready")),
+                bool(node.get("unschedulable")), tuple(tuple(t) for t in node.get("taints") or ()),
+                tuple(sorted((node.get("labels") or {}).items())))
+        if self._nodes_seen.get(name) != seen:  # not a heartbeat: what the node offers changed
+            self._nodes_seen[name] = seen
+            self._grew()
 
     def _pod_event(self, event: str, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
-        self._count(name, -1)
+        was = self._count(name, -1)
         if event != "DELETED" and pod.get("nodeName"):
             self.counted[name] = (pod["nodeName"], pod.get("requests") or {})
             self._count(name, 1)
+        elif was:  # gone, or finished (out of the selector): its requests are free
+            self._grew()
 
-    def _count(self, name: Name, sign: int) -> None:
+    def _count(self, name: Name, sign: int) -> bool:
         entry = self.counted.pop(name, None) if sign < 0 else self.counted.get(name)
         if entry is None:
-            return
+            return False
         node, requests = entry
         total = self.requested.setdefault(node, {})
         for resource, value in requests.items():
@@ -131,6 +152,25 @@ class ClusterRoom:
             del self.requested[node]
         self._stale.add(node)
         self._dirty = True
+        return True
+
+    def _grew(self) -> None:
+        """Tell the waiting gangs, once per WAKE_SECONDS however many pods end together."""
+        self._grew_at = datetime.now(timezone.utc)
+        self._dirty = True
+        if self._wake is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # fed outside an event loop (tests): at once
+            self._wake_now()
+            return
+        self._wake = loop.call_later(WAKE_SECONDS, self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake = None
+        self._built_at = float("-inf")  # the gangs woken read the room as it is now
+        self.on_room_grew()
 
     # -- reading -----------------------------------------------------------------------------
     def known(self) -> bool:
@@ -150,7 +190,7 @@ class ClusterRoom:
                 room = self._rooms.get(name)
                 rooms[name] = room if room is not None and name not in stale else self._room(name, node)
             self._rooms = rooms
-            self._snapshot = Capacity(tuple(rooms.values()))
+            self._snapshot = Capacity(tuple(rooms.values()), grew_at=self._grew_at)
         return self._snapshot
 
     def _room(self, name: str, node: Mapping[str, Any]) -> NodeRoom:

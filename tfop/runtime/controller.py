@@ -12,7 +12,8 @@ import random
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from functools import partial
+from typing import Any, Callable, Mapping
 
 from tfop.api import conditions
 from tfop.api.constants import KIND, LABEL_OPERATOR, OPERATOR_NAME, PLURAL
@@ -70,6 +71,13 @@ class RetryLater(Exception):
                          f"{first.code} {first.message}")
 
 
+def wake_waiting_gangs(jobs: Mapping[JobKey, JobRecord], wake: Callable[[JobKey], None]) -> None:
+    """Freed room may fit a waiting gang: it looks again now (and may nudge its scheduler)."""
+    for key, record in jobs.items():
+        if "reason" in (record.status().get("gang") or {}):
+            wake(key)
+
+
 class Controller:
     def __init__(self, settings: Settings, client: KubeClient, backend: GangBackend | None,
                  templates: Templates | None = None, metrics: Metrics | None = None):
@@ -101,7 +109,8 @@ class Controller:
         self.groups = self.priorities = self.room = None
         if self.backend is None:
             return
-        self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add)  # no pass waits for it
+        wake = partial(wake_waiting_gangs, self.jobs, self.queue.add)  # no pass waits for the room
+        self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake)
         resource = self.backend.group_resource
         if resource is not None:
             # Every group of the namespaces, not only labelled ones: the upstream operator's carry no label,
@@ -135,8 +144,7 @@ class Controller:
         if record is not None:
             record.pod_gone(name)
 
-    def _priority_changed(self, _key) -> None:
-        # A PriorityClass appearing can unblock every gang that waited for it.
+    def _priority_changed(self, _key) -> None:  # a PriorityClass appearing can unblock any waiting gang
         for key in list(self.jobs):
             self.queue.add(key)
 
