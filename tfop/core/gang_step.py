@@ -70,9 +70,12 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     if running >= shape.min_member:
         return gang, False
     previous = draft.status.get("gang") or {}
-    waited = view.elapsed_since(previous.get("since"))
-    long_unadmitted = (view.group is not None and not state.admitted and waited is not None
-                       and waited >= ADMISSION_GRACE_SECONDS)
+    since = previous.get("since") or conditions.timestamp_ceil(view.now)
+    waited = view.elapsed_since(since)
+    unadmitted = view.group is not None and not state.admitted and waited is not None
+    if unadmitted and waited < ADMISSION_GRACE_SECONDS:
+        draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say whether the scheduler holds it back
+    long_unadmitted = unadmitted and waited >= ADMISSION_GRACE_SECONDS
     waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
                                    view.obs.priority_values, long_unadmitted=long_unadmitted)
     gang["reason"] = waiting.cause or scheduler_reason(state)
@@ -81,7 +84,7 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     if not state.explained and previous.get("phase") == gang.get("phase") and previous.get("schedulerMessage"):
         said = previous["schedulerMessage"]  # the scheduler's reason, not the echo after it
     gang["schedulerMessage"] = conditions.capped(said, conditions.MAX_CONDITION_MESSAGE)
-    gang["since"] = previous.get("since") or conditions.timestamp_ceil(view.now)
+    gang["since"] = since
     return gang, waiting.fits
 
 
@@ -104,9 +107,6 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
         _touch_group(draft, backend, gang["since"], fits)
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))
-    if waiting and draft.view.group is not None and not state.admitted and waited is not None \
-            and waited < ADMISSION_GRACE_SECONDS:
-        draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say if the scheduler holds it back
     if not waiting or not timeout or waited is None:
         return True
     if waited < timeout:

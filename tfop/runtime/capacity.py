@@ -77,7 +77,7 @@ class ClusterRoom:
         self._built_at = float("-inf")
         self._dirty = True
         self._grew_at: datetime | None = None  # wall clock: compared with the stamps in objects
-        self._nodes_seen: dict[str, tuple] = {}  # node name -> what of it makes room (to tell a change)
+        self._nodes_seen: dict[str, dict] = {}  # node name -> what of it makes room (to tell a change)
         self._wake: asyncio.TimerHandle | None = None
 
     def start(self) -> dict[str, asyncio.Task]:
@@ -121,9 +121,7 @@ class ClusterRoom:
         if event == "DELETED":
             self._nodes_seen.pop(name, None)
             return
-        seen = (tuple(sorted((node.get("allocatable") or {}).items())), bool(node.get("ready")),
-                bool(node.get("unschedulable")), tuple(tuple(t) for t in node.get("taints") or ()),
-                tuple(sorted((node.get("labels") or {}).items())))
+        seen = {k: v for k, v in node.items() if k != "metadata"}  # all trim_node keeps of its room
         if self._nodes_seen.get(name) != seen:  # not a heartbeat: what the node offers changed
             self._nodes_seen[name] = seen
             self._grew()
