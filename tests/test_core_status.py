@@ -72,6 +72,13 @@ def test_timestamps():
     assert S.timestamp(NOW + timedelta(microseconds=999)) == NOW_S
 
 
+@pytest.mark.parametrize("bad", ["2026-13-01T00:00:00Z", "2026-1-01T00:00:00Z", "2026-01-01T00:00:00.5Z",
+                                 "2026-01-01 00:00:00Z", "2026-01-01T00:00:00", "2026-02-30T00:00:00Z", "x"])
+def test_parse_time_refuses_what_the_apiserver_never_writes(bad):
+    with pytest.raises(ValueError):
+        S.parse_time(bad)
+
+
 def test_finished():
     assert S.is_finished([cond(S.SUCCEEDED)])
     assert S.is_finished([cond(S.FAILED)])

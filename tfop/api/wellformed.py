@@ -10,14 +10,13 @@ well-formed job comes back as the same object, untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Mapping
 
+from tfop.api.conditions import parse_time
 from tfop.api.validation import Problem, shown
 
 STRING, INTEGER, BOOLEAN, OBJECT, ARRAY = "string", "integer", "boolean", "object", "array"
 TIMESTAMP = "timestamp"  # a string as the apiserver writes times (tfop.api.conditions.parse_time)
-TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,9 @@ def _has_type(value: Any, kind: str) -> bool:
 
 def _is_timestamp(value: str) -> bool:
     try:
-        datetime.strptime(value, TIMESTAMP_FORMAT)
+        return parse_time(value) is not None  # "" is no time
     except ValueError:
         return False
-    return True
 
 
 def _kind(spec: Any) -> str:

@@ -9,7 +9,6 @@ if it has one.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import ssl
@@ -19,6 +18,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 
+from tfop.api import codec
 from tfop.kube.exec_credential import ExecAuthenticator, ExecCredential
 from tfop.kube.kubeconfig import ConfigError, Endpoint, proxy_url, tls_context, with_env_proxy
 
@@ -206,7 +206,7 @@ class KubeClient:
         connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self.credentials.ssl_context)
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            json_serialize=lambda o: json.dumps(o, separators=(",", ":")),
+            json_serialize=lambda o: codec.dumps(o).decode(),
         )
         return self
 
@@ -225,7 +225,7 @@ class KubeClient:
 
     async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", timeout: float = 30, gated: bool = True) -> Any:
-        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        data = None if body is None else codec.dumps(body)
         reauthenticated = resent = False
         for attempt in range(THROTTLE_RETRIES + 1):
             used = await self.credentials.authenticate()  # before the gate: a plugin may take seconds
@@ -243,7 +243,7 @@ class KubeClient:
                 continue
             if self.on_response is not None:
                 self.on_response(method, path, response.status)
-            payload = json.loads(text) if text and text[0] in "{[" else text
+            payload = codec.loads(text) if text and text[:1] in (b"{", b"[") else text.decode(errors="replace")
             if response.status == 429 and attempt < THROTTLE_RETRIES:
                 # Too many requests in flight: turned away before it did anything, so any
                 # verb may be sent again, after the pause the apiserver asks for.
@@ -257,13 +257,13 @@ class KubeClient:
                 raise ApiError(response.status, payload, method, path)
             return payload
 
-    async def _send(self, method: str, path: str, data: str | None, params, content_type: str | None,
-                    timeout: float) -> tuple[aiohttp.ClientResponse, str]:
+    async def _send(self, method: str, path: str, data: bytes | None, params, content_type: str | None,
+                    timeout: float) -> tuple[aiohttp.ClientResponse, bytes]:
         async with self._session.request(
             method, self.credentials.server + path, data=data, params=params, headers=self._headers(content_type),
             timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
         ) as response:
-            return response, await response.text()
+            return response, await response.read()
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:
@@ -358,13 +358,13 @@ class KubeClient:
                 if response.status == 401:
                     await self.credentials.rejected(used)  # the watch started again carries a new credential
                 raise ApiError(response.status, await response.text(), "WATCH", plural)
-            buffer = b""
+            rest = b""
             async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                lines = (rest + chunk).split(b"\n")  # one split per chunk: a chunk may hold many events
+                rest = lines.pop()
+                for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield codec.loads(line)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:

@@ -17,7 +17,6 @@ from typing import Any, Callable, Mapping
 
 from tfop.api import conditions
 from tfop.api.constants import KIND, LABEL_OPERATOR, OPERATOR_NAME, PLURAL
-from tfop.api.normalize import normalize
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.outcomes import FailedWrite, blocking, conclude, needs_retry
@@ -226,7 +225,7 @@ class Controller:
         if managed_by not in OUR_MANAGERS:
             return "skipped"
         before = record.status()
-        normalized = normalize(record.with_status())
+        normalized = record.normalized()
         now = datetime.now(timezone.utc)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
                          normalized.problems, normalized.notes)

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tfop.api.normalize import Normalized, normalize
+
 JobKey = tuple[str, str]  # (namespace, job name)
 
 
@@ -23,6 +25,9 @@ class JobRecord:
     # The refusals that blocked the last pass that tried to create something, and when (Observed).
     refusals: tuple = ()
     refused_at: datetime | None = None
+    # The last pass's normalized job and what it was made of: a pass runs for every event of the
+    # job's pods, and the job itself (its body, or the status held for it) changes far less often.
+    _normalized: tuple[dict, dict, Normalized] | None = field(default=None, repr=False)
 
     def status(self) -> dict:
         """The job's status as the operator knows it: the held one, else the written one."""
@@ -30,6 +35,15 @@ class JobRecord:
 
     def with_status(self) -> dict[str, Any]:
         return {**self.body, "status": self.status()}
+
+    def normalized(self) -> Normalized:
+        """normalize(with_status()), made anew only once the body or the status is another object
+        (both are replaced whole, never changed in place)."""
+        body, status = self.body, self.status()
+        made = self._normalized
+        if made is None or made[0] is not body or made[1] is not status:
+            made = self._normalized = (body, status, normalize({**body, "status": status}))
+        return made[2]
 
     def hold(self, status: dict, now: float) -> None:
         if self.held is None:

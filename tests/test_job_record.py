@@ -1,0 +1,33 @@
+"""JobRecord.normalized: made once per body and status, never served stale."""
+from tfop.runtime.jobs import JobRecord
+
+
+def job(replicas: int = 1, rv: str = "1") -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "resourceVersion": rv},
+            "spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas, "template": {"spec": {
+                "containers": [{"name": "tensorflow", "image": "i"}]}}}}},
+            "status": {"conditions": []}}
+
+
+def test_unchanged_body_and_status_reuse_the_normalized_job():
+    record = JobRecord(body=job())
+    assert record.normalized() is record.normalized()
+
+
+def test_a_new_body_is_normalized_anew():
+    record = JobRecord(body=job())
+    first = record.normalized()
+    record.body = job(replicas=3, rv="2")
+    again = record.normalized()
+    assert again is not first
+    assert again.job.replicas[0].replicas == 3
+
+
+def test_a_held_status_is_read_by_the_next_normalized_job():
+    record = JobRecord(body=job())
+    record.normalized()
+    record.hold({"conditions": [{"type": "Created", "status": "True"}]}, now=0.0)
+    assert record.normalized().job.status["conditions"][0]["type"] == "Created"
+    record.release()
+    assert record.normalized().job.status == {"conditions": []}
