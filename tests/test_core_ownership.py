@@ -12,7 +12,8 @@ from tfop.core.outcomes import (
     NAME_TAKEN, NOT_ATTEMPTED, POD_SECURITY, QUOTA, FailedWrite, blocking, classify, conclude,
 )
 from tfop.core.ownership import claim
-from tfop.core.plan import Plan, slow_start
+from tfop.api.constants import LABEL_TYPE
+from tfop.core.plan import Plan, create_batches
 
 JOB = replace(model(tfjob({"Worker": 2})), creation_timestamp=ago(60))
 QUOTA_WORDS = ('pods "tf-job-worker-1" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, '
@@ -135,8 +136,21 @@ def test_a_409_for_the_jobs_own_object_is_a_success():
     assert [kind for kind, _ in blocking([ours, web], JOB)] == [NAME_TAKEN]
 
 
-def test_creates_go_in_slow_start_batches_and_the_rest_is_not_claimed():
-    assert [len(b) for b in slow_start(list(range(20)))] == [1, 2, 4, 8, 5]
+def obj(kind: str, rtype: str, i: int) -> dict:
+    return {"kind": kind, "metadata": {"name": f"{rtype}-{i}", "labels": {LABEL_TYPE: rtype}}}
+
+
+def test_creates_go_one_of_each_template_first_then_the_rest_in_growing_batches():
+    objects = [obj(k, t, i) for k in ("Service", "Pod") for t, n in (("ps", 1), ("worker", 60)) for i in range(n)]
+    batches = list(create_batches(objects))
+    assert [len(b) for b in batches] == [4, 16, 32, 64, 6]
+    assert {(o["kind"], o["metadata"]["name"]) for o in batches[0]} == {
+        ("Service", "ps-0"), ("Service", "worker-0"), ("Pod", "ps-0"), ("Pod", "worker-0")}
+    assert sorted(map(id, sum(batches, []))) == sorted(map(id, objects))
+    assert list(create_batches([])) == []
+
+
+def test_a_refused_first_create_claims_nothing_else():
     plan = run(JOB)
     skipped = [FailedWrite("create", o["kind"], o["metadata"]["name"], NOT_ATTEMPTED, "not attempted")
                for o in plan.create[1:]]

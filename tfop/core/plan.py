@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tfop.api.constants import LABEL_TYPE
+
 POD = ("v1", "Pod", "pods")
 SERVICE = ("v1", "Service", "services")
 
@@ -29,12 +31,23 @@ class Event:
     message: str
 
 
-def slow_start(items: list, first: int = 1):
-    """Batches of 1, 2, 4, ... of `items`, as the Job controller creates pods: a template the apiserver
-    refuses costs one request, not one per pod (the caller stops at a batch with a failure)."""
-    start, size = 0, first
-    while start < len(items):
-        yield items[start:start + size]
+def create_batches(objects: list[dict], first_rest: int = 16):
+    """The order creates go in: one object of each kind and replica type first (each made from another
+    template), then the rest in batches of 16, 32, 64, ... A template the apiserver refuses costs one
+    request, not one per replica, and a quota that runs out part way costs a batch (the caller stops at
+    a batch with a failure), as with the Job controller's slow start 1, 2, 4, ...; but a job whose
+    templates are accepted is created in two round trips, not log2(n)."""
+    seen: set[tuple] = set()
+    probe, rest = [], []
+    for obj in objects:
+        key = (obj.get("kind"), (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TYPE))
+        (rest if key in seen else probe).append(obj)
+        seen.add(key)
+    if probe:
+        yield probe
+    start, size = 0, first_rest
+    while start < len(rest):
+        yield rest[start:start + size]
         start, size = start + size, size * 2
 
 
@@ -42,7 +55,7 @@ def slow_start(items: list, first: int = 1):
 class Plan:
     # The gang's group object goes first, alone: the scheduler must know the gang before any pod.
     create_group: dict | None = None
-    create: list[dict] = field(default_factory=list)  # pods and services, in slow_start() batches
+    create: list[dict] = field(default_factory=list)  # pods and services, in create_batches()
     delete: list[Ref] = field(default_factory=list)
     patch: list[tuple[Ref, dict]] = field(default_factory=list)
     status: dict | None = None  # the whole new status when it changed

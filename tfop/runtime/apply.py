@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from tfop.api import conditions
 from tfop.api.constants import KIND
 from tfop.core.outcomes import NOT_ATTEMPTED, FailedWrite
-from tfop.core.plan import Event, Plan, Ref, slow_start
+from tfop.core.plan import Event, Plan, Ref, create_batches
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import trim_child
 from tfop.runtime.events import EventRecorder
@@ -38,7 +38,7 @@ class Applier:
 
     async def write_objects(self, record: JobRecord, plan: Plan) -> list[FailedWrite]:
         """The group object first and alone (the scheduler must know the gang before any pod), then the
-        pods and services in slow-start batches beside the deletions and patches. No child is written
+        pods and services in create_batches() beside the deletions and patches. No child is written
         when the group was not; no batch after one with a failure (those are reported NOT_ATTEMPTED)."""
         if plan.create_group is not None:
             failure = await self._create(plan.create_group, self.groups)
@@ -53,7 +53,7 @@ class Applier:
     async def _create_in_batches(self, objects: list[dict]) -> list[FailedWrite]:
         failures: list[FailedWrite] = []
         done = 0
-        for batch in slow_start(objects):
+        for batch in create_batches(objects):
             results = await asyncio.gather(*(self._create(obj, self.informers[obj["kind"]]) for obj in batch))
             failures += [r for r in results if r is not None]
             done += len(batch)
