@@ -31,3 +31,11 @@ def test_a_held_status_is_read_by_the_next_normalized_job():
     assert record.normalized().job.status["conditions"][0]["type"] == "Created"
     record.release()
     assert record.normalized().job.status == {"conditions": []}
+
+
+def test_a_new_resource_version_alone_or_an_equal_status_reuse_it():
+    record = JobRecord(body=job())
+    first = record.normalized()
+    record.body = job(rv="7")
+    record.hold({"conditions": []}, now=0.0)  # equal to the written status
+    assert record.normalized() is first

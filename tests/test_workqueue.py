@@ -59,3 +59,26 @@ def test_backoff_never_overflows():
 
     delay, runner = asyncio.run(main())
     assert 59 < delay <= 60
+
+
+def test_a_burst_of_child_events_is_one_pass_and_a_queued_job_is_not_delayed():
+    calls = []
+
+    async def main():
+        async def handler(key):
+            calls.append((key, loop.time() - start))
+        loop = asyncio.get_running_loop()
+        queue = WorkQueue(handler, workers=2)
+        runner = asyncio.create_task(queue.run())
+        start = loop.time()
+        for _ in range(10):
+            queue.add_soon("burst", 0.2)
+            await asyncio.sleep(0.01)
+        queue.add("now")
+        queue.add_soon("now", 0.2)  # already queued: no second pass later
+        await asyncio.sleep(0.5)
+        runner.cancel()
+
+    asyncio.run(main())
+    assert [key for key, _ in calls] == ["now", "burst"]
+    assert calls[1][1] >= 0.2  # from the first event of the burst

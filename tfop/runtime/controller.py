@@ -40,6 +40,10 @@ log = logging.getLogger("tfop.controller")
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # A job that has not finished is reconciled at least this often (an API call only if something changed).
 RESYNC_SECONDS = 30.0
+# A child's event waits this long for the rest of its burst (a gang bound in one cycle, its pods then
+# Running one by one): one pass instead of one per event, for a status that waits a second anyway
+# (holding.PROGRESS_HOLD). The job's own events, and a gang woken for freed room, go at once.
+CHILD_BATCH_SECONDS = 0.2
 
 
 def _ignore(_key) -> None:
@@ -88,8 +92,7 @@ class Controller:
         self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests,
                                on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
         self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
-        self.synced = asyncio.Event()
-        self.watches: dict[str, asyncio.Task] = {}
+        self.synced, self.watches = asyncio.Event(), {}  # watches: name -> its informer's task
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         self._watch_children(list(settings.namespaces) or [None])
         self.applier = Applier(client, self.call, self.pods, self.services, self.groups)
@@ -97,13 +100,14 @@ class Controller:
 
     def _watch_children(self, namespaces: list[str | None]) -> None:
         selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
+        child_changed = partial(self.queue.add_soon, delay=CHILD_BATCH_SECONDS)
         # TFJobs: our own informer rather than kopf's watch, whose relist after a 410 never reports
         # the jobs deleted meanwhile (their pods would be re-created and collected in a loop).
         self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, None, _ignore,
                                key_of=_no_key, on_event=self.job_event, trim=trim_job)
-        self.pods = Informer(self.client, "v1", "pods", "Pod", namespaces, selector, self.queue.add,
+        self.pods = Informer(self.client, "v1", "pods", "Pod", namespaces, selector, child_changed,
                              on_gone=self._pod_gone)
-        self.services = Informer(self.client, "v1", "services", "Service", namespaces, selector, self.queue.add)
+        self.services = Informer(self.client, "v1", "services", "Service", namespaces, selector, child_changed)
         self.informers = [self.tfjobs, self.pods, self.services]
         self.groups = self.priorities = self.room = None
         if self.backend is None:
@@ -115,7 +119,7 @@ class Controller:
             # Every group of the namespaces, not only labelled ones: the upstream operator's carry no label,
             # and a job it started must find its group when tfop takes over.
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   None, self.queue.add, keep_spec=True, key_of=owner_key)
+                                   None, child_changed, keep_spec=True, key_of=owner_key)
             self.informers.append(self.groups)
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", [None],
                                    None, self._priority_changed, key_of=lambda obj: None)

@@ -27,7 +27,7 @@ class JobRecord:
     refused_at: datetime | None = None
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
     # job's pods, and the job itself (its body, or the status held for it) changes far less often.
-    _normalized: tuple[dict, dict, Normalized] | None = field(default=None, repr=False)
+    _normalized: tuple[dict, Normalized] | None = field(default=None, repr=False)
 
     def status(self) -> dict:
         """The job's status as the operator knows it: the held one, else the written one."""
@@ -37,13 +37,17 @@ class JobRecord:
         return {**self.body, "status": self.status()}
 
     def normalized(self) -> Normalized:
-        """normalize(with_status()), made anew only once the body or the status is another object
-        (both are replaced whole, never changed in place)."""
-        body, status = self.body, self.status()
+        """normalize(with_status()), made anew only when the job's content changed: not for a new
+        resourceVersion alone (each status write brings one), nor for an equal status held anew."""
+        source = self._normalizing_source()
         made = self._normalized
-        if made is None or made[0] is not body or made[1] is not status:
-            made = self._normalized = (body, status, normalize({**body, "status": status}))
-        return made[2]
+        if made is None or made[0] != source:
+            made = self._normalized = (source, normalize({**source, "status": source["status"]}))
+        return made[1]
+
+    def _normalizing_source(self) -> dict[str, Any]:
+        meta = self.body.get("metadata") or {}
+        return {**self.body, "metadata": {**meta, "resourceVersion": ""}, "status": self.status()}
 
     def hold(self, status: dict, now: float) -> None:
         if self.held is None:

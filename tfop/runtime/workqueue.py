@@ -45,6 +45,13 @@ class WorkQueue:
             self.idle.clear()
             self._queue.put_nowait(key)
 
+    def add_soon(self, key: Hashable, delay: float) -> None:
+        """Reconcile `key` within `delay` seconds, together with whatever else arrives meanwhile: the
+        events of a job's children come in bursts (a gang's pods bound in one cycle, then each Running),
+        and one pass reads them all. Nothing to do when the key already waits its turn."""
+        if key not in self._pending:
+            self.add_after(key, delay)
+
     def add_after(self, key: Hashable, delay: float) -> None:
         """Reconcile `key` again in `delay` seconds (the earliest request wins)."""
         loop = asyncio.get_running_loop()
