@@ -1,20 +1,26 @@
 """Pieces of e2e/bench.py: an admin asyncio client, apiserver request counters,
-a pod watcher recording Running times, the submitters, and the operators under
-test (tfop as its ServiceAccount, the upstream training-operator binary).
+watchers recording when objects appear and pods run, the submitters, process and
+scheduler figures, and the operators under test (tfop as its ServiceAccount, the
+upstream training-operator binary).
 """
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import aiohttp
 
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, Credentials, KubeClient
@@ -137,49 +143,118 @@ def _activity(c: Counter) -> tuple:
                         if (k[1], k[2], k[3]) in OPERATOR_KEYS and k[0] != "WATCH"))
 
 
-# -- pod watcher ------------------------------------------------------------------------------
+# -- watchers ---------------------------------------------------------------------------------
 
 @dataclass
-class PodClock:
-    """Watches the pods of one namespace and records when each first ran."""
+class ObjectClock:
+    """Watches one kind of object in one namespace (a list, then a watch from its resourceVersion,
+    started before the burst) and records when each object was first seen: from then on it exists
+    for every other component. Runs until cancelled."""
     client: KubeClient
     namespace: str
-    expected: int
-    running: dict = field(default_factory=dict)  # pod name -> (job, monotonic time)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    api_version: str = "v1"
+    plural: str = "pods"
+    created: dict = field(default_factory=dict)  # name -> (job, monotonic time first seen)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def _see(self, pod: dict) -> None:
-        meta = pod.get("metadata") or {}
-        name = meta.get("name")
-        if name in self.running or (pod.get("status") or {}).get("phase") != "Running":
-            return
-        self.running[name] = ((meta.get("labels") or {}).get(LABEL_JOB, ""), time.monotonic())
-        if len(self.running) >= self.expected:
-            self.done.set()
+    def see(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("name") not in self.created:
+            self.created[meta.get("name")] = ((meta.get("labels") or {}).get(LABEL_JOB, ""), time.monotonic())
+
+    async def relist(self) -> str:
+        listing = await self.client.list(self.api_version, self.plural, self.namespace)
+        for obj in listing.get("items") or []:
+            self.see(obj)
+        return listing["metadata"]["resourceVersion"]
 
     async def run(self) -> None:
-        listing = await self.client.list("v1", "pods", self.namespace)
-        for pod in listing.get("items") or []:
-            self._see(pod)
-        version = listing["metadata"]["resourceVersion"]
+        version = await self.relist()
         self.ready.set()
-        while not self.done.is_set():
+        while True:
             try:
-                async for ev in self.client.watch("v1", "pods", self.namespace, version, timeout_seconds=120):
+                async for ev in self.client.watch(self.api_version, self.plural, self.namespace, version,
+                                                  timeout_seconds=120):
                     obj = ev.get("object") or {}
                     if ev.get("type") == "ERROR":
-                        raise ApiError(410, obj, "WATCH", "pods")
+                        raise ApiError(410, obj, "WATCH", self.plural)
                     version = (obj.get("metadata") or {}).get("resourceVersion", version)
                     if ev.get("type") in ("ADDED", "MODIFIED"):
-                        self._see(obj)
-                    if self.done.is_set():
-                        return
-            except ApiError:
-                listing = await self.client.list("v1", "pods", self.namespace)
-                for pod in listing.get("items") or []:
-                    self._see(pod)
-                version = listing["metadata"]["resourceVersion"]
+                        self.see(obj)
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
+                # Expired (410) or dropped: what happened meanwhile comes with the new listing.
+                version = await self.relist()
+
+
+@dataclass
+class PodClock(ObjectClock):
+    """The pods' clock: when each was first seen (created) and first seen Running."""
+    expected: int = 0
+    running: dict = field(default_factory=dict)  # pod name -> (job, monotonic time)
+
+    def see(self, pod: dict) -> None:
+        super().see(pod)
+        meta = pod.get("metadata") or {}
+        name = meta.get("name")
+        if name not in self.running and (pod.get("status") or {}).get("phase") == "Running":
+            self.running[name] = ((meta.get("labels") or {}).get(LABEL_JOB, ""), time.monotonic())
+
+    def done(self) -> bool:
+        return len(self.running) >= self.expected
+
+
+def per_job(seen: dict) -> dict[str, tuple[int, float]]:
+    """{name: (job, time)} -> {job: (how many, the last one's time)}."""
+    out: dict[str, tuple[int, float]] = {}
+    for job, t in seen.values():
+        n, last = out.get(job, (0, t))
+        out[job] = (n + 1, max(last, t))
+    return out
+
+
+class Census:
+    """The clocks of every kind of object the jobs should have (pods, services, group objects):
+    when did the last expected object appear?"""
+
+    def __init__(self, clocks: dict[str, ObjectClock], expected: Counter):
+        self.clocks, self.expected = clocks, expected  # kind -> clock, kind -> how many
+
+    def complete(self) -> bool:
+        return all(len(self.clocks[k].created) >= n for k, n in self.expected.items())
+
+    def last_seen(self) -> float | None:
+        """Monotonic time the last expected object was first seen; None while some are missing."""
+        if not self.complete():
+            return None
+        return max((t for k in self.expected for _, t in self.clocks[k].created.values()), default=None)
+
+    async def start(self) -> list[asyncio.Task]:
+        tasks = [asyncio.create_task(c.run()) for c in self.clocks.values()]
+        ready = asyncio.ensure_future(asyncio.gather(*(c.ready.wait() for c in self.clocks.values())))
+        await asyncio.wait([ready, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in tasks if t.done()]  # a listing failed before its watch started
+        if failed:
+            ready.cancel()
+            await stop(tasks)
+            failed[0].result()
+        return tasks
+
+
+async def stop(tasks: list[asyncio.Task]) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def until(predicate, timeout: float, poll: float = 0.02) -> bool:
+    """Wait until predicate() is true (False on timeout). The times measured are the watchers'
+    own, so polling only decides when the benchmark goes on."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(poll)
+    return True
 
 
 # -- submitters -------------------------------------------------------------------------------
@@ -219,6 +294,22 @@ async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]], limit:
     return sent
 
 
+async def submit_raw_threaded(kubeconfig: Path, rendered: dict[str, list[dict]],
+                              connections: int) -> tuple[dict[str, float], float]:
+    """submit_raw on a thread of its own, with its own event loop and client: time.thread_time()
+    then counts the raw client's CPU (TLS handshakes included) and not the benchmark's watches,
+    which go on meanwhile on the caller's loop. Returns (sent times as submit_raw, CPU seconds)."""
+    def work() -> tuple[dict[str, float], float]:
+        async def go() -> tuple[dict[str, float], float]:
+            async with KubeClient(Credentials.load(str(kubeconfig)), max_connections=connections) as client:
+                cpu = time.thread_time()
+                sent = await submit_raw(client, rendered)
+                return sent, time.thread_time() - cpu
+        return asyncio.run(go())
+
+    return await asyncio.to_thread(work)
+
+
 def strip_owner(obj: dict) -> dict:
     """Rendered children point at a TFJob uid that the raw row never creates."""
     obj = copy.deepcopy(obj)
@@ -247,6 +338,83 @@ def proc_stats(pid: int) -> dict:
         elif line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
     return {"cpu_s": cpu, "peak_rss": hwm, "rss": rss}
+
+
+def proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user+system, every thread) of a live process, from /proc; None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def component_cpu(cluster) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process the cluster started (its state's pids)."""
+    cpu = {name: proc_cpu(pid) for name, pid in (cluster.state.get("pids") or {}).items()}
+    return {name: s for name, s in cpu.items() if s is not None}
+
+
+def compact_etcd(cluster) -> int:
+    """Compact etcd's history up to now (its HTTP gateway); returns the revision. The apiserver
+    compacts only every 5 min, keeping 5-10 min of history: rows of big pods one after another
+    (--replicas 2000w: 2000 pods of 76 kB TF_CONFIG, ~5 revisions each with their deletion) would
+    otherwise pile up past etcd's 2 GiB quota, after which the cluster takes no more writes."""
+    url = f"http://127.0.0.1:{cluster.state['ports']['etcd']}/v3"
+
+    def post(path: str, body: dict) -> dict:
+        req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read() or b"{}")
+
+    revision = int(post("/kv/range", {"key": "AA==", "count_only": True})["header"]["revision"])
+    post("/kv/compaction", {"revision": revision, "physical": True})
+    return revision
+
+
+# Schedulers with a client-side rate limit (kube-scheduler's own and scheduler-plugins'; Volcano's is
+# 2000 QPS by default, kwok has none): component -> its secure port's key in the cluster's ports.
+RATE_LIMITED_SCHEDULERS = {"kube-scheduler": "scheduler", "scheduler-plugins-scheduler": "cosched"}
+
+
+def scheduler_get(cluster, name: str, path: str) -> str:
+    """GET a scheduler's secure port as admin; its serving certificate is self-signed."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
+    port = cluster.state["ports"][RATE_LIMITED_SCHEDULERS[name]]
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=10, context=ctx) as r:
+        return r.read().decode()
+
+
+def running_schedulers(cluster) -> list[str]:
+    return [n for n in RATE_LIMITED_SCHEDULERS if n in (cluster.state.get("pids") or {})]
+
+
+def scheduler_clients(cluster) -> dict[str, dict]:
+    """The client QPS and burst each scheduler runs with (its /configz): proof of --scheduler-qps."""
+    out = {}
+    for name in running_schedulers(cluster):
+        try:
+            conn = json.loads(scheduler_get(cluster, name, "/configz"))["componentconfig"]["ClientConnection"]
+            out[name] = {"qps": conn.get("QPS"), "burst": conn.get("Burst")}
+        except (OSError, ValueError, KeyError):
+            pass
+    return out
+
+
+def scheduler_throttle(cluster) -> dict[str, float]:
+    """Seconds each scheduler's requests have waited so far for its client-side rate limiter."""
+    out = {}
+    for name in running_schedulers(cluster):
+        try:
+            text = scheduler_get(cluster, name, "/metrics")
+        except OSError:
+            continue
+        out[name] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                        if line.startswith("rest_client_rate_limiter_duration_seconds_sum{"))
+    return out
 
 
 UPSTREAM_WEBHOOK = "validator.training-operator.kubeflow.org"
@@ -320,7 +488,6 @@ class UpstreamProcess:
     def mount_certs(self) -> bool:
         """In a pod the rotator's Secret is a volume at its cert dir; here we copy it there."""
         import base64
-        import json
 
         got = self.cluster.kubectl("get", "secret", "-n", self.namespace, "training-operator-webhook-cert",
                                    "-o", "json", check=False)

@@ -178,9 +178,11 @@ class Cluster:
     @classmethod
     def up(cls, dir: Path | str | None = None, *, gpu_nodes: int = 4, gpus_per_node: int = 1,
            schedulers: tuple[str, ...] | list[str] = ALL_SCHEDULERS, build_missing: bool = True,
-           stop_on_exit: bool = True, timeout: float = 120) -> "Cluster":
+           stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
-        default for Python callers) the processes die with this interpreter."""
+        default for Python callers) the processes die with this interpreter.
+        scheduler_qps: the client QPS (burst twice that) of kube-scheduler and the
+        scheduler-plugins scheduler instead of their defaults (50, burst 100)."""
         unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
@@ -197,7 +199,7 @@ class Cluster:
             _install_sigterm_handler()
         for attempt in (1, 2):
             try:
-                c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout)
+                c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps)
                 return c
             except ClusterError as e:
                 c.down(keep_dir=True)  # keep logs/ for a post-mortem
@@ -227,7 +229,7 @@ class Cluster:
         keep_logs = os.environ.get("TFOP_E2E_KEEP_LOGS") == "1"
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs") + (() if keep_logs else ("logs",)):
             _rmtree(self.dir / sub)
-        for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml",
+        for f in ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml", "kube-scheduler.yaml",
                   "koordinator.yaml", "kueue.yaml", "audit-policy.yaml") + (() if keep_logs else (AUDIT_LOG,)):
             (self.dir / f).unlink(missing_ok=True)
         try:
@@ -398,7 +400,8 @@ class Cluster:
 
     # ---------- start-up ----------
 
-    def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float) -> None:
+    def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,
+               scheduler_qps: int | None = None) -> None:
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
             _rmtree(self.dir / sub)
         (self.dir / AUDIT_LOG).unlink(missing_ok=True)  # the apiserver appends: no earlier cluster's lines
@@ -410,7 +413,7 @@ class Cluster:
                                           "koord", "kueue_webhook", "kueue_metrics", "kueue_health")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
-                      "next_node": 0}
+                      "next_node": 0, "scheduler_qps": scheduler_qps}
         self._save()
         self._make_pki(server)
         d, p, kc = self.dir, ports, self.dir / "kubeconfigs"
@@ -467,12 +470,7 @@ class Cluster:
         self._wait_healthy("kube-controller-manager", timeout)
 
         if "default" in schedulers:
-            self._spawn("kube-scheduler", [
-                build.binary("kube-scheduler"), "--kubeconfig", comp_kc("kube-scheduler"),
-                *auth("kube-scheduler"), "--bind-address", "127.0.0.1",
-                "--secure-port", p["scheduler"], "--leader-elect=false"],
-                health=f"https://127.0.0.1:{p['scheduler']}/healthz")
-            self._wait_healthy("kube-scheduler", timeout)
+            self._start_kube_scheduler(comp_kc("kube-scheduler"), timeout)
 
         kwok_src = build.module_dir("kwok", "sigs.k8s.io/kwok")
         (d / "kwok.yaml").write_text(kwok_stages.stages_yaml(kwok_src))
@@ -505,6 +503,29 @@ class Cluster:
         if "kueue" in schedulers:
             self._start_kueue(timeout)
 
+    def _client_connection(self, kubeconfig: Path) -> dict:
+        """A KubeSchedulerConfiguration's clientConnection: the scheduler's client QPS (default 50,
+        burst 100) bounds how fast it binds pods (a pods/binding request each), so a benchmark
+        that measures the rest of the control plane raises it."""
+        qps = self.state.get("scheduler_qps")
+        return {"kubeconfig": str(kubeconfig), **({"qps": qps, "burst": 2 * qps} if qps else {})}
+
+    def _start_kube_scheduler(self, kc: Path, timeout: float) -> None:
+        p = self.state["ports"]
+        auth = ["--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+                "--bind-address", "127.0.0.1", "--secure-port", p["scheduler"]]
+        if self.state.get("scheduler_qps"):
+            # The client QPS has no flag of its own (only in the configuration file), and the
+            # deprecated --kubeconfig/--leader-elect flags are not mixed with a file.
+            conf = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                    "leaderElection": {"leaderElect": False}, "clientConnection": self._client_connection(kc)}
+            (self.dir / "kube-scheduler.yaml").write_text(yaml.safe_dump(conf))
+            cmd = [build.binary("kube-scheduler"), "--config", self.dir / "kube-scheduler.yaml", *auth]
+        else:
+            cmd = [build.binary("kube-scheduler"), "--kubeconfig", kc, *auth, "--leader-elect=false"]
+        self._spawn("kube-scheduler", cmd, health=f"https://127.0.0.1:{p['scheduler']}/healthz")
+        self._wait_healthy("kube-scheduler", timeout)
+
     def _start_coscheduling(self, timeout: float) -> None:
         src = build.module_dir("scheduler-plugins", "sigs.k8s.io/scheduler-plugins")
         # PodGroup CRD (Coscheduling) + ElasticQuota CRD (the controller watches both).
@@ -514,7 +535,7 @@ class Cluster:
         conf = {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False},
-            "clientConnection": {"kubeconfig": str(kc)},
+            "clientConnection": self._client_connection(kc),
             "profiles": [{
                 "schedulerName": COSCHEDULING_SCHEDULER_NAME,
                 "plugins": {
