@@ -322,15 +322,7 @@ def strip_owner(obj: dict) -> dict:
 
 def proc_stats(pid: int) -> dict:
     """CPU seconds (user+system) and peak RSS (VmHWM) of a live process."""
-    try:
-        import psutil
-
-        p = psutil.Process(pid)
-        t = p.cpu_times()
-        cpu = t.user + t.system
-    except Exception:  # noqa: BLE001 - psutil missing: /proc
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = proc_cpu(pid)
     hwm = rss = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):

@@ -33,16 +33,13 @@ class JobRecord:
         """The job's status as the operator knows it: the held one, else the written one."""
         return self.held or self.body.get("status") or {}
 
-    def with_status(self) -> dict[str, Any]:
-        return {**self.body, "status": self.status()}
-
     def normalized(self) -> Normalized:
-        """normalize(with_status()), made anew only when the job's content changed: not for a new
+        """The job normalized with its status(), made anew only when the job's content changed: not for a new
         resourceVersion alone (each status write brings one), nor for an equal status held anew."""
         source = self._normalizing_source()
         made = self._normalized
         if made is None or made[0] != source:
-            made = self._normalized = (source, normalize({**source, "status": source["status"]}))
+            made = self._normalized = (source, normalize(source))  # normalize reads no resourceVersion
         return made[1]
 
     def _normalizing_source(self) -> dict[str, Any]:
