@@ -225,13 +225,16 @@ class Bench:
             if operator:
                 operator.stop()
         print(f"[bench] {label}: {summary(result)}", flush=True)
-        self.finish(ns, result)
+        await self.finish(admin, ns, result)
         return result
 
-    def finish(self, ns: str, result: dict) -> None:
+    async def finish(self, admin: Admin, ns: str, result: dict) -> None:
         if not self.args.keep:
             result["namespace_delete_s"] = delete_namespace(self.cluster, ns, self.delete_timeout)
-            compact_etcd(self.cluster)  # the next row starts without this one's history
+            # The next row starts on a quiet control plane: without this one's history, and with the
+            # controllers done with its deletion (their endpoint deletes would run into the next row).
+            compact_etcd(self.cluster)
+            _, _, result["quiet_after_delete"] = await admin.wait_quiet(quiet=3.0, timeout=self.delete_timeout)
 
     async def burst(self, admin: Admin, label: str, ns: str, jobs: list[dict], rendered, operator,
                     census: Census) -> Window:
@@ -332,7 +335,7 @@ class SingleBench(Bench):
                            f"single_{name}_p99_s": percentile(values, 99),
                            f"single_{name}_max_s": max(values, default=None)})
         print(f"[bench] {label}: {single_summary(result)}", flush=True)
-        self.finish(ns, result)
+        await self.finish(admin, ns, result)
         return result
 
     async def raw_one_by_one(self, ns: str, clock: PodClock, jobs: list[dict], rendered: dict):
@@ -552,8 +555,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--single", type=int, default=0, metavar="N",
                     help="instead of the burst: N jobs one at a time, the latency of each (0: off)")
     ap.add_argument("--scheduler-qps", type=int, default=5000,
-                    help="client QPS (burst twice that) of kube-scheduler and the scheduler-plugins scheduler of a "
-                         "new cluster; 0: their defaults (50, burst 100)")
+                    help="client QPS (burst twice that) of kube-scheduler, the scheduler-plugins scheduler and "
+                         "kube-controller-manager of a new cluster; 0: their defaults (50/100, 20/30)")
     ap.add_argument("--out", default="e2e/bench-results")
     ap.add_argument("--dir", help="reuse the cluster running in this directory")
     ap.add_argument("--timeout", type=float, default=0,

@@ -118,24 +118,35 @@ class Admin:
         return parse_request_totals(await self.client.request("GET", "/metrics", timeout=60))
 
     async def wait_idle(self, quiet: float = 2.0, timeout: float = 120.0, poll: float = 0.5,
-                        since: float | None = None) -> tuple[float, Counter, bool]:
+                        since: float | None = None, activity=None) -> tuple[float, Counter, bool]:
         """Wait until the operator keys (all verbs but WATCH) stop changing for
         `quiet` seconds. Returns (monotonic time of the last change, counters, idle?)."""
+        activity = activity or _activity
         start = time.monotonic()
         last_change = since if since is not None else start
         prev = await self.metrics()
-        sig = _activity(prev)
+        sig = activity(prev)
         while True:
             await asyncio.sleep(poll)
             cur = await self.metrics()
             now = time.monotonic()
-            s = _activity(cur)
+            s = activity(cur)
             if s != sig:
                 sig, last_change = s, now
             if now - last_change >= quiet:
                 return last_change, cur, True
             if now - start > timeout:
                 return last_change, cur, False
+
+
+    async def wait_quiet(self, quiet: float = 3.0, timeout: float = 300.0) -> tuple[float, Counter, bool]:
+        """Wait until nobody writes anything but heartbeats (leases, node status) for `quiet` seconds."""
+        return await self.wait_idle(quiet=quiet, timeout=timeout, activity=_any_write)
+
+
+def _any_write(c: Counter) -> tuple:
+    return tuple(sorted((k, v) for k, v in c.items()
+                        if k[0] in WRITE_VERBS and k[2] not in ("leases", "nodes")))
 
 
 def _activity(c: Counter) -> tuple:
@@ -367,7 +378,9 @@ def compact_etcd(cluster) -> int:
 
 # Schedulers with a client-side rate limit (kube-scheduler's own and scheduler-plugins'; Volcano's is
 # 2000 QPS by default, kwok has none): component -> its secure port's key in the cluster's ports.
-RATE_LIMITED_SCHEDULERS = {"kube-scheduler": "scheduler", "scheduler-plugins-scheduler": "cosched"}
+# Components whose client QPS --scheduler-qps raises (their name -> their port's key in the cluster's state).
+RATE_LIMITED_SCHEDULERS = {"kube-scheduler": "scheduler", "scheduler-plugins-scheduler": "cosched",
+                           "kube-controller-manager": "kcm"}
 
 
 def scheduler_get(cluster, name: str, path: str) -> str:
@@ -389,11 +402,24 @@ def scheduler_clients(cluster) -> dict[str, dict]:
     out = {}
     for name in running_schedulers(cluster):
         try:
-            conn = json.loads(scheduler_get(cluster, name, "/configz"))["componentconfig"]["ClientConnection"]
+            conn = client_connection(json.loads(scheduler_get(cluster, name, "/configz")))
             out[name] = {"qps": conn.get("QPS"), "burst": conn.get("Burst")}
         except (OSError, ValueError, KeyError):
             pass
     return out
+
+
+def client_connection(configz: dict) -> dict:
+    """The ClientConnection of a /configz answer (a scheduler's at its top, the controller manager's
+    under Generic)."""
+    for value in configz.values():
+        if isinstance(value, dict):
+            if "ClientConnection" in value:
+                return value["ClientConnection"]
+            found = client_connection(value)
+            if found:
+                return found
+    return {}
 
 
 def scheduler_throttle(cluster) -> dict[str, float]:

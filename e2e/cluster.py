@@ -181,8 +181,9 @@ class Cluster:
            stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter.
-        scheduler_qps: the client QPS (burst twice that) of kube-scheduler and the
-        scheduler-plugins scheduler instead of their defaults (50, burst 100)."""
+        scheduler_qps: the client QPS (burst twice that) of kube-scheduler, the
+        scheduler-plugins scheduler and kube-controller-manager instead of their
+        defaults (50, burst 100; kube-controller-manager 20, burst 30)."""
         unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
@@ -447,7 +448,8 @@ class Cluster:
             "--audit-policy-file", d / "audit-policy.yaml", "--audit-log-path", d / AUDIT_LOG,
             "--audit-log-format", "json", "--audit-log-mode", "blocking",  # written before the answer
             "--audit-log-maxsize", "100000",  # MB; never rotated (default 100): readers keep byte offsets
-            "--enable-priority-and-fairness=false", "--profiling=false",
+            # /debug/pprof: what the apiserver spends its CPU on in a benchmark row (`go tool pprof`)
+            "--enable-priority-and-fairness=false", "--profiling=true",
             # On SIGTERM: new requests answered 429 until those in flight are done, then out in
             # about 2 s (otherwise open watches hold the HTTP server's shutdown for 60 s).
             "--shutdown-send-retry-after=true"], health=f"{server}/readyz", admin=True)
@@ -465,7 +467,7 @@ class Cluster:
             "--root-ca-file", pk / "ca.crt", "--service-account-private-key-file", pk / "sa.key",
             "--cluster-signing-cert-file", pk / "ca.crt", "--cluster-signing-key-file", pk / "ca.key",
             # each controller acts as its own ServiceAccount, as in a real cluster
-            "--use-service-account-credentials=true", "--controllers=*"],
+            "--use-service-account-credentials=true", "--controllers=*", *self._kcm_client_flags()],
             health=f"https://127.0.0.1:{p['kcm']}/healthz")
         self._wait_healthy("kube-controller-manager", timeout)
 
@@ -502,6 +504,13 @@ class Cluster:
             self._start_volcano_webhook(timeout)
         if "kueue" in schedulers:
             self._start_kueue(timeout)
+
+    def _kcm_client_flags(self) -> list[str]:
+        """kube-controller-manager's client QPS (default 20, burst 30) bounds its endpoints and
+        namespace controllers: a benchmark row would otherwise share it with the previous row's
+        deletions, so it is raised with the schedulers'."""
+        qps = self.state.get("scheduler_qps")
+        return ["--kube-api-qps", str(qps), "--kube-api-burst", str(2 * qps)] if qps else []
 
     def _client_connection(self, kubeconfig: Path) -> dict:
         """A KubeSchedulerConfiguration's clientConnection: the scheduler's client QPS (default 50,

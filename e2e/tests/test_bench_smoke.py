@@ -19,6 +19,11 @@ def test_bench_smoke(cluster, tmp_path):
     data = json.loads((tmp_path / "smoke.json").read_text())
     rows = {r["row"]: r for r in data["rows"]}
     assert set(rows) == {"raw", "tfop"}
+    # The benchmark's cluster raises the client QPS of the scheduler and the controller manager
+    # (read back from their /configz), and each row's deletion is over before the next row starts.
+    clients = data["meta"]["scheduler_clients"]
+    assert clients["kube-scheduler"]["qps"] == clients["kube-controller-manager"]["qps"] == 5000
+    assert all(r["quiet_after_delete"] for r in rows.values())
     objects = sum(data["meta"]["objects_per_job"].values())  # 5 pods + 5 services
     assert objects == 10
     for r in rows.values():
