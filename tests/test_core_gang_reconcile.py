@@ -87,6 +87,7 @@ def test_group_created_first(name):
     assert g["metadata"]["ownerReferences"][0]["uid"] == gang_job().uid
     pods = [] if name == "volcano" else PODS  # Volcano: pods only once the group is admitted
     assert names(plan.create) == SERVICES + pods
+    assert plan.create_together == bool(pods)  # a gang's members all in one batch (create_batches)
     assert plan.events[0].reason == "SuccessfulCreate"
     assert plan.events[0].message.startswith(f"created {kind.lower()} tf-job, service tf-job-ps-0")
     for p in plan.create[3:]:

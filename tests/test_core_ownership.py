@@ -150,6 +150,13 @@ def test_creates_go_one_of_each_template_first_then_the_rest_in_growing_batches(
     assert list(create_batches([])) == []
 
 
+def test_a_gangs_members_are_created_together():
+    objects = [obj(k, t, i) for k in ("Service", "Pod") for t, n in (("ps", 1), ("worker", 60)) for i in range(n)]
+    assert list(create_batches(objects, together=True)) == [objects]
+    assert list(create_batches([], together=True)) == []
+    assert not run(JOB).create_together  # no gang: templates probed one of each first
+
+
 def test_a_refused_first_create_claims_nothing_else():
     plan = run(JOB)
     skipped = [FailedWrite("create", o["kind"], o["metadata"]["name"], NOT_ATTEMPTED, "not attempted")

@@ -31,12 +31,19 @@ class Event:
     message: str
 
 
-def create_batches(objects: list[dict], first_rest: int = 16):
+def create_batches(objects: list[dict], first_rest: int = 16, together: bool = False):
     """The order creates go in: one object of each kind and replica type first (each made from another
     template), then the rest in batches of 16, 32, 64, ... A template the apiserver refuses costs one
     request, not one per replica, and a quota that runs out part way costs a batch (the caller stops at
     a batch with a failure), as with the Job controller's slow start 1, 2, 4, ...; but a job whose
-    templates are accepted is created in two round trips, not log2(n)."""
+    templates are accepted is created in two round trips, not log2(n).
+
+    A gang's members go `together`, in one batch: a gang scheduler that sees some members before the
+    rest turns the gang away (Coscheduling: not enough sibling pods) and backs it off."""
+    if together:
+        if objects:
+            yield objects
+        return
     seen: set[tuple] = set()
     probe, rest = [], []
     for obj in objects:
@@ -62,6 +69,7 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     delete_job: bool = False
+    create_together: bool = False  # a gang's: see create_batches()
     # Learned from a refusal: an admission webhook refuses pods of groups not admitted yet, so from
     # now on every gang's pods wait for admission (Context.pods_before_admission turns False).
     pods_wait_for_admission: bool = False

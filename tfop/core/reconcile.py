@@ -62,5 +62,6 @@ def _run_active(draft: Draft, ctx: Context) -> bool:
         replicas.ensure_services(draft, ctx)
         if state.admitted or ctx.pods_before_admission:
             replicas.create_missing_pods(draft, ctx, shape)
+            draft.plan.create_together = shape is not None
     replicas.scale_down(draft)
     return not lifecycle.record_progress(draft)

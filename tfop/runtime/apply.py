@@ -45,15 +45,15 @@ class Applier:
             if failure is not None:
                 return [failure]
         results = await asyncio.gather(
-            self._create_in_batches(plan.create),
+            self._create_in_batches(plan.create, plan.create_together),
             *(self._delete(record, ref) for ref in plan.delete),
             *(self._patch(ref, patch) for ref, patch in plan.patch))
         return [*results[0], *(r for r in results[1:] if r is not None)]
 
-    async def _create_in_batches(self, objects: list[dict]) -> list[FailedWrite]:
+    async def _create_in_batches(self, objects: list[dict], together: bool) -> list[FailedWrite]:
         failures: list[FailedWrite] = []
         done = 0
-        for batch in create_batches(objects):
+        for batch in create_batches(objects, together=together):
             results = await asyncio.gather(*(self._create(obj, self.informers[obj["kind"]]) for obj in batch))
             failures += [r for r in results if r is not None]
             done += len(batch)
