@@ -195,7 +195,9 @@ class Bench:
         if label == "raw":
             return None
         if label == "tfop":
-            operator = TfopProcess(self.cluster, [ns], gang, log_dir=self.log_dir).start()
+            # A job over the operator's default bound (--max-pods-per-job 1000) is refused, as documented.
+            extra = ["--max-pods-per-job", str(self.pods_per_job)] if self.pods_per_job > 1000 else []
+            operator = TfopProcess(self.cluster, [ns], gang, extra_args=extra, log_dir=self.log_dir).start()
         else:
             a = self.args
             operator = UpstreamProcess(self.cluster, ns, gang, tuned=label.endswith("tuned"), log_dir=self.log_dir,
