@@ -157,6 +157,13 @@ def test_a_gangs_members_are_created_together():
     assert not run(JOB).create_together  # no gang: templates probed one of each first
 
 
+def test_a_few_objects_go_in_one_batch():
+    objects = [obj(k, t, i) for k in ("Service", "Pod") for t, n in (("ps", 1), ("worker", 7)) for i in range(n)]
+    assert list(create_batches(objects)) == [objects]  # 16: one round trip
+    more = objects + [obj("Pod", "worker", 7)]
+    assert [len(b) for b in create_batches(more)] == [4, 13]
+
+
 def test_a_refused_first_create_claims_nothing_else():
     plan = run(JOB)
     skipped = [FailedWrite("create", o["kind"], o["metadata"]["name"], NOT_ATTEMPTED, "not attempted")

@@ -146,7 +146,7 @@ def test_a_terminating_namespace_blocks_the_job_with_its_own_condition(cluster, 
         cluster.kubectl("delete", "namespace", env.ns, "--wait=false")
         job = env.wait_job("late", lambda j: (condition(j, "Blocked") or {}).get("reason") == "NamespaceTerminating",
                            "Blocked: the namespace is being deleted", timeout=90)
-        # The first batch holds one pod and one service of the type (tfop.core.plan.create_batches): both refused.
+        # A few objects go in one batch (tfop.core.plan.create_batches): every one of them refused.
         message = condition(job, "Blocked")["message"]
         assert message.startswith("the namespace is being deleted, so ") and "pod late-worker-" in message, message
         assert not env.pods("late"), env.msg("late")

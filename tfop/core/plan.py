@@ -39,8 +39,9 @@ def create_batches(objects: list[dict], first_rest: int = 16, together: bool = F
     templates are accepted is created in two round trips, not log2(n).
 
     A gang's members go `together`, in one batch: a gang scheduler that sees some members before the
-    rest turns the gang away (Coscheduling: not enough sibling pods) and backs it off."""
-    if together:
+    rest turns the gang away (Coscheduling: not enough sibling pods) and backs it off. So do a few
+    objects (no more than a batch): the first try saves little there, and costs a round trip."""
+    if together or len(objects) <= first_rest:
         if objects:
             yield objects
         return
