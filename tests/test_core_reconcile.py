@@ -779,3 +779,18 @@ def test_gang_requeue_forgets_the_succeeded_pods_it_deletes():
     plan = run(job, obs, ctx=ctx)
     assert "Pod/tf-job-worker-1" in refs(plan)
     assert "succeededIndexes" not in plan.status
+
+
+def test_a_job_whose_pods_ran_and_failed_between_two_passes_says_it_ran():
+    """As upstream: Running is recorded, then turned False by the failure, also when one pass sees both."""
+    job = model(tfjob({"PS": 1, "Worker": rspec(replicas=2, restart_policy="Never")}))
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(60))
+    plan = run(job, observed(job, worker_1=dict(phase="Failed", exit_code=1)))
+    assert ctypes(plan.status) == [("Created", "True"), ("Running", "False"), ("Failed", "True")]
+
+
+def test_a_job_that_fails_before_any_pod_ran_has_no_running_condition():
+    job = model(tfjob({"PS": 1, "Worker": rspec(replicas=2, restart_policy="Never")}))
+    job = with_status(job, conditions=[cond(S.CREATED)], startTime=ago(60))
+    plan = run(job, observed(job, phase="Pending", worker_1=dict(phase="Failed", exit_code=1)))
+    assert ctypes(plan.status) == [("Created", "True"), ("Failed", "True")]

@@ -38,7 +38,11 @@ class Draft:
         self.plan.events.append(Event(etype, reason, conditions.capped(message, conditions.MAX_EVENT_MESSAGE)))
 
     def fail(self, message: str, reason: str = "") -> None:
-        failed = conditions.FAILED
+        failed, running = conditions.FAILED, conditions.RUNNING
+        if self.view.running and not any(conditions.find(self.conditions, c) for c in (running, conditions.RESTARTING)):
+            # Its pods ran, though no pass said so yet (they ran and failed between two): as upstream,
+            # whose pass records Running before the failure that turns it False.
+            self.condition(running, True, conditions.REASON[running], f"TFJob {self.view.id} is running.")
         self.condition(failed, True, conditions.REASON[failed], message)
         self.status.setdefault("completionTime", conditions.timestamp(self.view.now))
         self.event("Warning", reason or conditions.REASON[failed], message)
