@@ -27,7 +27,7 @@ from tfop.runtime.leader import LeaderElector
 from tfop.runtime.lease import LeaseTiming
 from tfop.runtime.loop_monitor import LoopMonitor
 from tfop.runtime.metrics import Metrics
-from tfop.runtime.supervisor import first_of, stop_all
+from tfop.runtime.supervisor import first_of, quiet_kopf_scan_leftovers, stop_all
 
 LEASE_NAME = "tfop"
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -203,6 +203,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
                                          stop_flag=stop_flag),
                            operator.vital, operator.stopping)
         finally:
+            quiet_kopf_scan_leftovers(asyncio.get_running_loop(), log)
             await operator.stop()
             for server in servers:
                 if server is not None:
