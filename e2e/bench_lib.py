@@ -406,7 +406,21 @@ def scheduler_clients(cluster) -> dict[str, dict]:
             out[name] = {"qps": conn.get("QPS"), "burst": conn.get("Burst")}
         except (OSError, ValueError, KeyError):
             pass
+    controller = cosched_controller_client(cluster)
+    if controller:
+        out["scheduler-plugins-controller"] = controller
     return out
+
+
+def cosched_controller_client(cluster) -> dict | None:
+    """The scheduler-plugins controller's client QPS and burst, from its command line (it has no /configz)."""
+    pid = (cluster.state.get("pids") or {}).get("scheduler-plugins-controller")
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if pid else []
+    except OSError:
+        return None
+    flags = dict(zip(args, args[1:]))
+    return {"qps": int(flags.get("--qps", 5)), "burst": int(flags.get("--burst", 10))} if args else None
 
 
 def client_connection(configz: dict) -> dict:

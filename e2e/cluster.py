@@ -182,8 +182,9 @@ class Cluster:
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter.
         scheduler_qps: the client QPS (burst twice that) of kube-scheduler, the
-        scheduler-plugins scheduler and kube-controller-manager instead of their
-        defaults (50, burst 100; kube-controller-manager 20, burst 30)."""
+        scheduler-plugins scheduler and controller, and kube-controller-manager instead
+        of their defaults (50, burst 100; the scheduler-plugins controller 5, burst 10;
+        kube-controller-manager 20, burst 30)."""
         unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
@@ -512,6 +513,13 @@ class Cluster:
         qps = self.state.get("scheduler_qps")
         return ["--kube-api-qps", str(qps), "--kube-api-burst", str(2 * qps)] if qps else []
 
+    def _cosched_controller_client_flags(self) -> list[str]:
+        """The scheduler-plugins controller writes each PodGroup's phase (Pending, Scheduling,
+        Running) at client QPS 5, burst 10 by default: 400 gangs' phases then trail their pods by
+        tens of seconds, and every job's status with them. Raised with the schedulers'."""
+        qps = self.state.get("scheduler_qps")
+        return ["--qps", str(qps), "--burst", str(2 * qps)] if qps else []
+
     def _client_connection(self, kubeconfig: Path) -> dict:
         """A KubeSchedulerConfiguration's clientConnection: the scheduler's client QPS (default 50,
         burst 100) bounds how fast it binds pods (a pods/binding request each), so a benchmark
@@ -566,7 +574,7 @@ class Cluster:
         self._spawn("scheduler-plugins-controller", [
             build.binary("scheduler-plugins-controller"),
             "--metricsAddr", f"127.0.0.1:{p['cosched_ctrl_metrics']}",
-            "--probeAddr", f"127.0.0.1:{p['cosched_ctrl_probe']}"],
+            "--probeAddr", f"127.0.0.1:{p['cosched_ctrl_probe']}", *self._cosched_controller_client_flags()],
             env={"KUBECONFIG": str(kc)}, health=f"http://127.0.0.1:{p['cosched_ctrl_probe']}/healthz")
         self._wait_healthy("scheduler-plugins-controller", timeout)
 

@@ -205,7 +205,7 @@ HEADLINE_TABLE = [
      "waiting for 8 nvidia.com/gpu ..."),
     ("a gang that no longer waits: the latest condition",
      {"conditions": [{"type": "Created", "message": "c"}, {"type": "Running", "message": "TFJob ml/a is running."}],
-      "gang": {"backend": "volcano", "phase": "Running"}},
+      "gang": {"backend": "volcano", "group": "a"}},
      "TFJob ml/a is running."),
     ("no gang", {"conditions": [{"type": "Failed", "message": "boom"}]}, "boom"),
     ("nothing yet", {}, ""),

@@ -58,17 +58,20 @@ def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
 
 
 def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> tuple[dict, bool]:
-    """status.gang: the backend and group, and while members are missing why, in tfop's words (message,
-    reason: a cause from tfop/core/pending.py when there is one) and in the scheduler's (schedulerMessage);
-    and whether the free capacity fits the members still unplaced."""
+    """status.gang: the backend and group, and while members are missing the group's phase and why, in
+    tfop's words (message, reason: a cause from tfop/core/pending.py when there is one) and in the
+    scheduler's (schedulerMessage); and whether the free capacity fits the members still unplaced."""
     view = draft.view
     # succeeded members count, also when deleted since (status.succeededIndexes)
     running = sum(pods.phase(p) == "Running" for p in view.members) + view.succeeded_total()
     gang: dict[str, Any] = {"backend": backend.name, "group": shape.group_name}
+    if running >= shape.min_member:
+        # The gang is whole: its group's later phases (Scheduling, Running: each scheduler's controller
+        # writes them seconds after the pods) explain nothing the conditions do not, and a status
+        # write each would cost more than the job's start (issue 13's scheduler-plugins trace).
+        return gang, False
     if state.phase:
         gang["phase"] = state.phase
-    if running >= shape.min_member:
-        return gang, False
     previous = draft.status.get("gang") or {}
     since = previous.get("since") or conditions.timestamp_ceil(view.now)
     waited = view.elapsed_since(since)

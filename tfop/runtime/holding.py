@@ -9,10 +9,8 @@ change at every scheduler cycle: those wait much longer. While some of a
 starting job's pods are ready and the rest are on their way (created in a
 later batch, or bound a scheduling cycle later), its progress waits for them
 all, up to PARTLY_READY_HOLD: one write for the start instead of one for the
-first pods and one for the rest. Likewise once every pod runs while the gang's
-group still says an earlier phase (the scheduler-plugins controller moves it
-Pending, Scheduling, Running seconds after the pods): one write when it says
-Running, not one per phase. Every other change
+first pods and one for the rest. (A whole gang's status leaves out its group's
+later phases: tfop/core/gang_step.py.) Every other change
 (finished, failed, restarting, suspended, restart counts, startTime, a reason
 the scheduler gives for not placing the gang) is written at once or within
 seconds.
@@ -28,10 +26,8 @@ from tfop.api.conditions import STARTING_GANG_REASONS
 # the first change that was held, whichever comes first.
 PROGRESS_HOLD = (1.0, 5.0)
 STARTING_HOLD = (60.0, 60.0)
-# No quiet: the rest of the pods (or the group's phase) come seconds later, when their scheduler,
-# kubelet or controller get to them.
+# No quiet: the rest of the pods come seconds later, when their scheduler or kubelet get to them.
 PARTLY_READY_HOLD = (15.0, 15.0)
-GROUP_RUNNING = "Running"  # every gang backend's group phase once its members run
 # startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
 PROGRESS_FIELDS = {"conditions", "replicaStatuses", "tfReplicaStatuses", "ready", "lastReconcileTime",
                    "observedGeneration", "gang", "message"}
@@ -63,21 +59,12 @@ def partly_ready(status: Mapping[str, Any]) -> bool:
     return not any(c.get("succeeded") or c.get("failed") for c in counts if isinstance(c, Mapping))
 
 
-def group_catching_up(status: Mapping[str, Any]) -> bool:
-    """Every pod ready, the gang whole, its group's phase not Running yet (a group without phases,
-    a PodDisruptionBudget, never waits)."""
-    gang = status.get("gang") or {}
-    ready, _, total = str(status.get("ready") or "").partition("/")
-    return ("phase" in gang and gang["phase"] != GROUP_RUNNING and "reason" not in gang
-            and ready.isdigit() and ready == total)
-
-
 def hold_limits(written: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[float, float] | None:
     """How long `new` may wait before it replaces the `written` status; None: write it now."""
     if not progress_only(written, new):
         return None
     if gang_starting(new) and gang_starting(written):
         return STARTING_HOLD
-    if partly_ready(new) or group_catching_up(new):
+    if partly_ready(new):
         return PARTLY_READY_HOLD
     return PROGRESS_HOLD

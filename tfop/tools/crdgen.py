@@ -330,7 +330,7 @@ def _waiting_schemas() -> dict:
             "properties": {
                 "backend": _str("Gang scheduling backend in use, e.g. volcano."),
                 "group": _str("Name of the scheduler's group object (PodGroup, ...)."),
-                "phase": _str("Phase of the group as the scheduler reports it."),
+                "phase": _str("Phase of the group as the scheduler reports it, while the gang waits."),
                 "reason": _str("While the gang waits: tfop's cause when it knows one (InsufficientResources, "
                                "NoNodeFitsPod, QueueClosed, QueueNotFound, PriorityClassNotFound, AdmissionHeld), "
                                "else the scheduler's (e.g. Unschedulable, PodGroupPending)."),
@@ -406,7 +406,7 @@ PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready",
      "description": "Ready pods of all pods."},
     {"name": "Gang", "type": "string", "jsonPath": ".status.gang.phase", "priority": 1,
-     "description": "Phase of the gang as the scheduler reports it."},
+     "description": "Phase of a waiting gang's group as the scheduler reports it; empty once the gang is whole."},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1,
      "description": "Why a waiting gang waits, else the latest condition's message."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
