@@ -613,8 +613,10 @@ def meta_of(args, argv, t: float, nodes: int, bench: Bench, cluster: Cluster) ->
         "nodes": nodes, "objects_per_job": dict(bench.objects_per_job()), "pods_per_job": bench.pods_per_job,
         # The cluster's own setting: a reused one (--dir) keeps the QPS it was started with.
         "scheduler_qps": cluster.state.get("scheduler_qps"), "scheduler_clients": scheduler_clients(cluster),
-        "tfop_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                      text=True, cwd=Path(__file__).parent).stdout.strip(),
+        # "-dirty" when tracked files differ from the commit: then the commit is not quite what ran
+        "tfop_commit": subprocess.run(["git", "describe", "--always", "--abbrev=7", "--dirty",
+                                       "--exclude=*"], capture_output=True, text=True,
+                                      cwd=Path(__file__).parent).stdout.strip(),
         "upstream": "github.com/kubeflow/training-operator v1.9.3",
         "upstream_tuned_flags": f"--controller-threads={args.upstream_threads} --kube-api-qps={args.upstream_qps} "
                                 f"--kube-api-burst={args.upstream_burst}",
