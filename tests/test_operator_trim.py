@@ -3,7 +3,10 @@ import json
 
 import pytest
 
+from core_fixtures import model, observed, pod, run, service, tfjob
 from tfop.api import pods as P
+from tfop.api.constants import LABEL_INDEX, LABEL_JOB, LABEL_OPERATOR, LABEL_ROLE, LABEL_TYPE
+from tfop.core.context import Observed
 from tfop.gang.common import pending_reason
 from tfop.api.normalize import authored_version, normalize
 from tfop.kube.trim import keep_whole, trim_child, trim_job
@@ -108,3 +111,32 @@ def test_keep_whole_keeps_everything():
     pod = full_pod()
     kept = keep_whole(pod)
     assert kept == pod and kept is not pod
+
+
+# (case, pod overrides for core_fixtures.observed): a pass over the trimmed children decides what it
+# decides over the children as the apiserver sends them
+PASSES = [
+    ("every pod running", {}),
+    ("a worker failed", {"worker_1": {"phase": "Failed", "exit_code": 1}}),
+    ("a worker missing, one unschedulable", {"worker_1": None, "ps_0": {"phase": "Pending", "unschedulable": "0/3"}}),
+    ("a worker succeeded", {"worker_0": {"phase": "Succeeded", "exit_code": 0}}),
+]
+
+
+@pytest.mark.parametrize("case, overrides", PASSES, ids=[c for c, _ in PASSES])
+def test_a_pass_over_trimmed_children_decides_the_same(case, overrides):
+    job = model(tfjob({"PS": 1, "Worker": 3}))
+    full = observed(job, **overrides)
+    trimmed = Observed(pods=[trim_child(p) for p in full.pods], services=[trim_child(s) for s in full.services])
+    a, b = run(job, full), run(job, trimmed)
+    assert (a.status, a.create, a.delete, a.patch, a.events, a.requeue_after) == \
+        (b.status, b.create, b.delete, b.patch, b.events, b.requeue_after)
+
+
+def test_cached_children_keep_the_labels_tfop_reads_and_not_upstreams_older_keys():
+    job = model(tfjob({"Worker": 2}))
+    for child in (pod(job, "Worker", 0), service(job, "Worker", 0)):
+        labels = trim_child(child)["metadata"]["labels"]
+        assert set(labels) == {LABEL_OPERATOR, LABEL_JOB, LABEL_TYPE, LABEL_INDEX, LABEL_ROLE}
+        assert all(labels[k] == child["metadata"]["labels"][k] for k in labels)
+    assert "status" not in trim_child(service(job, "Worker", 0))
