@@ -32,6 +32,7 @@ from e2e.bench_lib import (Admin, Census, ObjectClock, PodClock, UpstreamProcess
                            stop, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
+from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
 from tfop.kube.client import Credentials, KubeClient
 
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
@@ -195,8 +196,9 @@ class Bench:
         if label == "raw":
             return None
         if label == "tfop":
-            # A job over the operator's default bound (--max-pods-per-job 1000) is refused, as documented.
-            extra = ["--max-pods-per-job", str(self.pods_per_job)] if self.pods_per_job > 1000 else []
+            # A job over the operator's default bound (--max-pods-per-job) is refused, as documented.
+            big = self.pods_per_job > DEFAULT_MAX_PODS_PER_JOB
+            extra = ["--max-pods-per-job", str(self.pods_per_job)] if big else []
             operator = TfopProcess(self.cluster, [ns], gang, extra_args=extra, log_dir=self.log_dir).start()
         else:
             a = self.args

@@ -63,8 +63,7 @@ def is_kopf_scan_leftover(context: dict) -> bool:
     task, error = context.get("future"), context.get("exception")
     coro = task.get_coro() if isinstance(task, asyncio.Task) else None
     code = getattr(coro, "cr_code", None)
-    return (isinstance(error, aiohttp.ClientError) and code is not None
-            and "/kopf/" in code.co_filename.replace("\\", "/"))
+    return isinstance(error, aiohttp.ClientError) and code is not None and "/kopf/" in code.co_filename
 
 
 def quiet_kopf_scan_leftovers(loop: asyncio.AbstractEventLoop, logger) -> None:
