@@ -31,6 +31,7 @@ from e2e.bench_lib import (Admin, Census, ObjectClock, PodClock, UpstreamProcess
                            operator_requests, other_writes, per_job, proc_stats, scheduler_clients, scheduler_throttle,
                            stop, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
+from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
 from tfop.kube.client import Credentials, KubeClient
@@ -148,6 +149,7 @@ class Bench:
         self.pods_per_job = sum(self.replicas.values())
         self.ctx = render_context(args.gang)
         self.run_id = time.strftime("%H%M%S")
+        self.row_profiles: dict[str, Path] = {}  # --pprof: the last burst's, by component
         self.log_dir = Path(args.out) / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         jobs = args.single or args.jobs
@@ -225,6 +227,8 @@ class Bench:
             result.update(await request_figures(admin, label, ns, len(jobs), w))
             if operator:
                 result.update(await self.restart(admin, operator, label, ns))
+            if self.row_profiles:  # read after the row: `go tool pprof` must not run in a timed window
+                result["control_plane_profile"] = {c: summarise(c, p) for c, p in self.row_profiles.items()}
         finally:
             if operator:
                 operator.stop()
@@ -248,6 +252,7 @@ class Bench:
         clock = census.clocks["Pod"]
         kubeconfig = self.raw_kubeconfig() if rendered is not None else None  # two kubectl runs: not in the time
         tasks = await census.start()
+        pprof = ControlPlaneProfile(self.cluster, self.log_dir, ns).start() if self.args.pprof else None
         m0, op0, throttle0 = await admin.metrics(), proc_stats(pid) if pid else None, scheduler_throttle(self.cluster)
         cpu0 = component_cpu(self.cluster)
         t0 = time.monotonic()
@@ -262,6 +267,7 @@ class Bench:
             await until(census.complete, 60)
         end = max((t for _, t in clock.running.values()), default=time.monotonic())
         await stop(tasks)
+        self.row_profiles = await pprof.stop() if pprof else {}
         last, m1, idle = await admin.wait_idle(quiet=2.0, timeout=self.settle_timeout, since=end)
         w = Window(t0, submitted, end, last, idle, timed_out, sent, m0, m1, cpu0, component_cpu(self.cluster),
                    throttle0, scheduler_throttle(self.cluster), op0, proc_stats(pid) if pid else None, raw_cpu)
@@ -570,6 +576,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--upstream-qps", type=int, default=1000)
     ap.add_argument("--upstream-burst", type=int, default=2000)
     ap.add_argument("--keep", action="store_true", help="keep each row's namespace")
+    ap.add_argument("--pprof", action="store_true",
+                    help="CPU profiles of the apiserver, controller manager and scheduler over each row's burst "
+                         "(logs/pprof-*.pb.gz) and the seconds of named parts in the results (e2e/pprof.py)")
     ap.add_argument("--name", help="result file stem (default bench-J<jobs>-<gang>, bench-single<N>-<gang>)")
     return ap.parse_args(argv)
 

@@ -383,14 +383,18 @@ RATE_LIMITED_SCHEDULERS = {"kube-scheduler": "scheduler", "scheduler-plugins-sch
                            "kube-controller-manager": "kcm"}
 
 
-def scheduler_get(cluster, name: str, path: str) -> str:
-    """GET a scheduler's secure port as admin; its serving certificate is self-signed."""
+SECURE_PORTS = {**RATE_LIMITED_SCHEDULERS, "kube-apiserver": "apiserver"}
+
+
+def component_get(cluster, name: str, path: str, timeout: float = 10, binary: bool = False) -> str | bytes:
+    """GET a component's secure port as admin (a scheduler's serving certificate is self-signed)."""
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     ctx.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
-    port = cluster.state["ports"][RATE_LIMITED_SCHEDULERS[name]]
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=10, context=ctx) as r:
-        return r.read().decode()
+    port = cluster.state["ports"][SECURE_PORTS[name]]
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=timeout, context=ctx) as r:
+        data = r.read()
+    return data if binary else data.decode()
 
 
 def running_schedulers(cluster) -> list[str]:
@@ -402,7 +406,7 @@ def scheduler_clients(cluster) -> dict[str, dict]:
     out = {}
     for name in running_schedulers(cluster):
         try:
-            conn = client_connection(json.loads(scheduler_get(cluster, name, "/configz")))
+            conn = client_connection(json.loads(component_get(cluster, name, "/configz")))
             out[name] = {"qps": conn.get("QPS"), "burst": conn.get("Burst")}
         except (OSError, ValueError, KeyError):
             pass
@@ -441,7 +445,7 @@ def scheduler_throttle(cluster) -> dict[str, float]:
     out = {}
     for name in running_schedulers(cluster):
         try:
-            text = scheduler_get(cluster, name, "/metrics")
+            text = component_get(cluster, name, "/metrics")
         except OSError:
             continue
         out[name] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()

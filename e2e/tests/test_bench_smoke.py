@@ -13,7 +13,7 @@ pytestmark = pytest.mark.cluster
 def test_bench_smoke(cluster, tmp_path):
     # A cluster of its own: the apiserver's request counters are cluster-wide, and the session
     # cluster is busy deleting other tests' namespaces. (`cluster` only makes sure binaries exist.)
-    rc = bench.main(["--jobs", "3", "--against", "raw", "--nodes", "1",
+    rc = bench.main(["--jobs", "3", "--against", "raw", "--nodes", "1", "--pprof",
                      "--out", str(tmp_path), "--timeout", "120", "--name", "smoke"])
     assert rc == 0
     data = json.loads((tmp_path / "smoke.json").read_text())
@@ -40,5 +40,15 @@ def test_bench_smoke(cluster, tmp_path):
     assert tfop["events_per_job"] <= 2
     assert tfop["restart_writes"] == 0 and tfop["restart_events"] == 0
     assert 0 < tfop["peak_rss_mb"] < 500 and tfop["cpu_s"] >= 0
+    # --pprof: each row's control-plane profiles, merged and kept; the raw row creates no TFJob
+    for r in rows.values():
+        profile = r["control_plane_profile"]
+        assert set(profile) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+        assert profile["kube-apiserver"]["total"] > 0
+        assert all(0 <= part <= profile[c]["total"] for c in profile for part in profile[c].values())
+        for component in profile:
+            assert (tmp_path / "logs" / f"pprof-{r['namespace']}-{component}.pb.gz").stat().st_size > 0
+    assert rows["raw"]["control_plane_profile"]["kube-apiserver"]["TFJob creates"] == 0
+    assert not list((tmp_path / "logs").glob("pprof-*.[0-9]*.pb.gz"))  # the slices went into the merge
     md = (tmp_path / "smoke.md").read_text()
     assert "| raw |" in md and "| tfop |" in md
