@@ -28,8 +28,9 @@ from pathlib import Path
 
 from e2e import build
 from e2e.bench_lib import (Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
-                           operator_requests, other_writes, per_job, proc_stats, scheduler_clients, scheduler_throttle,
-                           stop, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until)
+                           free_port, operator_passes, operator_requests, other_writes, per_job, proc_stats,
+                           scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw, submit_raw_threaded,
+                           submit_tfjobs, throttled, until)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -150,6 +151,7 @@ class Bench:
         self.ctx = render_context(args.gang)
         self.run_id = time.strftime("%H%M%S")
         self.row_profiles: dict[str, Path] = {}  # --pprof: the last burst's, by component
+        self.metrics_port = 0  # the tfop row's operator's
         self.log_dir = Path(args.out) / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         jobs = args.single or args.jobs
@@ -201,6 +203,9 @@ class Bench:
             # A job over the operator's default bound (--max-pods-per-job) is refused, as documented.
             big = self.pods_per_job > DEFAULT_MAX_PODS_PER_JOB
             extra = ["--max-pods-per-job", str(self.pods_per_job)] if big else []
+            # its passes a job are read from its own /metrics (the last --metrics-bind-address wins)
+            self.metrics_port = free_port()
+            extra += ["--metrics-bind-address", f"127.0.0.1:{self.metrics_port}"]
             operator = TfopProcess(self.cluster, [ns], gang, extra_args=extra, log_dir=self.log_dir).start()
         else:
             a = self.args
@@ -224,6 +229,9 @@ class Bench:
             clock, census = self.clocks(admin.client, ns, len(jobs))
             w = await self.burst(admin, label, ns, jobs, rendered, operator, census)
             result = figures(label, ns, len(jobs), self.pods_per_job, clock, census, w)
+            if label == "tfop":  # from its start to the idle wait's end: every job's passes, resyncs too
+                passes = operator_passes(self.metrics_port)
+                result["passes_per_job"] = None if passes is None else passes / len(jobs)
             result.update(await request_figures(admin, label, ns, len(jobs), w))
             if operator:
                 result.update(await self.restart(admin, operator, label, ns))
@@ -463,6 +471,7 @@ def summary(r: dict) -> str:
             f"CPU ms/job {fmt(r.get('cpu_ms_per_job'), '.1f')}, apiserver CPU {fmt(r.get('apiserver_cpu_s'))}s, "
             f"etcd CPU {fmt(r.get('etcd_cpu_s'))}s"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")
+            + (f", passes/job {fmt(r['passes_per_job'], '.1f')}" if "passes_per_job" in r else "")
             + (" TIMED OUT" if r["timed_out"] else ""))
 
 

@@ -94,6 +94,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def operator_passes(metrics_port: int) -> int | None:
+    """Passes over jobs so far (any outcome), from the operator's own /metrics; None if unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith("tfop_reconcile_duration_seconds_count{")))
+
+
 class Admin:
     """Admin (system:masters) asyncio client for the benchmark's own calls."""
 

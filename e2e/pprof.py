@@ -23,8 +23,9 @@ SLICE_SECONDS = 5
 # Parts may overlap (creates of every kind include a TFJob's); each is read on its own.
 BUCKETS: dict[str, dict[str, str]] = {
     "kube-apiserver": {
-        "TFJob creates": r"crdHandler\)\.serveResource\.CreateResource",
-        "TFJob status writes": r"customresource\.\(\*StatusREST\)\.Update",
+        # custom resources: TFJobs, and a gang's group objects (PodGroups) when there are
+        "custom resource creates": r"crdHandler\)\.serveResource\.CreateResource",
+        "custom resource status writes": r"customresource\.\(\*StatusREST\)\.Update",
         "pod status writes": r"pod/storage\.\(\*StatusREST\)\.Update",
         "pod bindings": r"\(\*BindingREST\)\.Create",
         "creates, every kind": r"CreateResource\.createHandler",
@@ -124,3 +125,22 @@ class ControlPlaneProfile:
                 part.unlink()
             merged[component] = path
         return merged
+
+
+def resummarise(results: Path) -> None:
+    """Read each row's kept profiles (`logs/` beside the results) again with today's BUCKETS."""
+    import json
+
+    data = json.loads(results.read_text())
+    for row in data["rows"]:
+        for component in row.get("control_plane_profile") or {}:
+            profile = results.parent / "logs" / f"pprof-{row['namespace']}-{component}.pb.gz"
+            row["control_plane_profile"][component] = summarise(component, profile)
+    results.write_text(json.dumps(data, indent=1))
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:]:  # python -m e2e.pprof RESULTS.json...
+        resummarise(Path(name))
