@@ -347,12 +347,14 @@ def test_schedule_timeout_fails(name):
     assert plan.create == []
 
 
-def test_schedule_timeout_requeues_before_it():
-    job, obs = _waiting(waited=20)
+# (seconds the gang has waited of its 60, requeue after): the timeout, or the waiting gang's recheck
+@pytest.mark.parametrize("waited,requeue", [(45, 15), (20, 30)])
+def test_schedule_timeout_requeues_before_it(waited, requeue):
+    job, obs = _waiting(waited=waited)
     plan = run(job, obs, ctx=ctx("volcano"))
-    assert plan.requeue_after == 40
+    assert plan.requeue_after == requeue
     assert plan.delete == [] and plan.create == []
-    assert plan.status is None or plan.status["gang"]["since"] == ago(20)
+    assert plan.status is None or plan.status["gang"]["since"] == ago(waited)
 
 
 def test_schedule_timeout_requeue_annotation_recreates_pods():
@@ -362,7 +364,7 @@ def test_schedule_timeout_requeue_annotation_recreates_pods():
     assert plan.create == []
     assert [e.reason for e in plan.events] == ["SuccessfulDelete", "GangRequeued"]
     assert plan.status["gang"]["since"] == NOW_S
-    assert plan.requeue_after == 60
+    assert plan.requeue_after == 30  # the waiting gang's recheck comes before its new timeout (60)
     assert not S.is_finished(plan.status["conditions"])
     # the pods are gone: created again, the gang waits afresh
     job = with_status(job, **plan.status)
@@ -376,8 +378,9 @@ def test_running_gang_has_no_timeout():
     obs = Observed(pods=gang_pods(job), services=obs.services, group=obs.group)
     plan = run(job, obs, ctx=ctx("volcano"))
     assert last_condition(plan.status)["type"] == "Running"
-    # whole: the group's phase (still Inqueue here) is no longer the job's news
+    # whole: the group's phase (still Inqueue here) is no longer the job's news, nor a recheck due
     assert plan.status["gang"] == {"backend": "volcano", "group": "tf-job"}
+    assert plan.requeue_after is None
 
 
 # -- status.gang: why the gang waits ------------------------------------------------------------------------------
@@ -449,8 +452,8 @@ TOUCH_TABLE = [
     ("scheduler-plugins", 30, None, True, 30),
     ("scheduler-plugins", 95, 12, False, 18),
     ("scheduler-plugins", 95, 31, True, 30),
-    ("volcano", 95, None, False, None),  # Volcano retries every scheduling period by itself
-    ("kube-arbitrator", 95, None, False, None),
+    ("volcano", 95, None, False, 30),  # Volcano retries every scheduling period by itself: no touch,
+    ("kube-arbitrator", 95, None, False, 30),  # only the waiting gang's recheck
 ]
 
 

@@ -18,8 +18,8 @@ from e2e.cluster import GPU_RESOURCE
 from e2e.tests.gang_helpers import Api, Pool, ScopedOperator, gpu_pool, operator, wait_all_running, wait_until
 
 pytestmark = pytest.mark.cluster
-# A waiting gang is looked at again at least every 30 s (the resync), which is when a change of the
-# nodes shows in its sentence; its status is written within 5 s of a pass.
+# A waiting gang is looked at again at least every 30 s (gang_step.WAITING_RECHECK_SECONDS), which is
+# when a change of the nodes shows in its sentence; its status is written within 5 s of a pass.
 SENTENCE_SECONDS = 50
 
 

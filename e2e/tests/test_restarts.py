@@ -40,7 +40,7 @@ GROUPS = {"volcano": ("scheduling.volcano.sh", "podgroups"),
 BACKENDS = ("volcano", "scheduler-plugins", None)  # None: gang scheduling off, default scheduler
 CHILD_RESOURCES = {("", "pods"), ("", "services"), *GROUPS.values()}
 RESTART_AFTER = {4: "kube-apiserver", 8: "etcd"}  # jobs submitted -> the component restarted then
-CONVERGE_TIMEOUT = 180  # s; the operators resync every 30 s even if a watch event were lost
+CONVERGE_TIMEOUT = 180  # s; the informers relist after a broken watch, and waiting gangs are rechecked every 30 s
 # Creates of one child, at most. A refusal after an apiserver restart lasts up to about 30 s
 # (e2e/README.md, "Restarting a component"); tried again on a backoff (2 s doubling), that is a
 # handful of tries, never hundreds.

@@ -20,6 +20,9 @@ NO_GANG = (None, GangState(admitted=True))
 ADMISSION_GRACE_SECONDS = 10
 # A gang's group is touched at most this often for room freed (each touch is a write and a new try).
 TOUCH_GAP_SECONDS = 1.0
+# A waiting gang's sentence is read from the nodes, queues and PriorityClasses, whose changes send
+# this job no event: it is looked at again this often while it waits.
+WAITING_RECHECK_SECONDS = 30.0
 
 
 def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] | None:
@@ -102,6 +105,8 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     gang, fits = wait_status(draft, backend, shape, state)
     draft.status["gang"] = gang
     waiting = "reason" in gang
+    if waiting:
+        draft.plan.requeue(WAITING_RECHECK_SECONDS)
     cause = gang.get("reason") if gang.get("reason") != scheduler_reason(state) else None
     # Not after GroupRefused: a refused group says so itself (GangGroupRefused), every retry.
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:

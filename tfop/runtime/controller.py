@@ -38,8 +38,11 @@ from tfop.runtime.workqueue import WorkQueue
 log = logging.getLogger("tfop.controller")
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
-# A job that has not finished is reconciled at least this often (an API call only if something changed).
-RESYNC_SECONDS = 30.0
+# A job that has not finished is reconciled at least this often (an API call only if something changed):
+# a last resort, since the informers relist after any broken watch; what a pass reads beyond the job's
+# own objects asks for its own, sooner, look (gang_step.WAITING_RECHECK_SECONDS). At 30 s it had
+# long bursts and thousands of running jobs passed over for nothing (BENCHMARK.md, round 4).
+RESYNC_SECONDS = 300.0
 # A child's event waits this long for the rest of its burst (a gang bound in one cycle, its pods then
 # Running one by one): one pass instead of one per event, for a status that waits a second anyway
 # (holding.PROGRESS_HOLD). The job's own events, and a gang woken for freed room, go at once.
