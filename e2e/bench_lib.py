@@ -101,8 +101,12 @@ def operator_passes(metrics_port: int) -> int | None:
             text = r.read().decode()
     except OSError:
         return None
-    return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith("tfop_reconcile_duration_seconds_count{")))
+    return round(metric_sum(text, "tfop_reconcile_duration_seconds_count{"))
+
+
+def metric_sum(text: str, prefix: str) -> float:
+    """The sum of a Prometheus text exposition's samples whose line starts with `prefix`."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 class Admin:
@@ -459,8 +463,7 @@ def scheduler_throttle(cluster) -> dict[str, float]:
             text = component_get(cluster, name, "/metrics")
         except OSError:
             continue
-        out[name] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                        if line.startswith("rest_client_rate_limiter_duration_seconds_sum{"))
+        out[name] = metric_sum(text, "rest_client_rate_limiter_duration_seconds_sum{")
     return out
 
 

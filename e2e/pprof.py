@@ -11,8 +11,10 @@ results, and adds to the row the CPU seconds of a few named parts (BUCKETS). `go
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from e2e import build
@@ -67,6 +69,11 @@ def focused_seconds(top_output: str) -> tuple[float, float]:
     return (seconds(match.group(1)), seconds(match.group(2))) if match else (0.0, 0.0)
 
 
+def merged_profile(out_dir: Path, stem: str, component: str) -> Path:
+    """Where a row's merged profile of one component is kept (stem: the row's namespace)."""
+    return out_dir / f"pprof-{stem}-{component}.pb.gz"
+
+
 def pprof(*args: str) -> subprocess.CompletedProcess:
     go = build.go_exe()
     if go is None:
@@ -117,7 +124,7 @@ class ControlPlaneProfile:
         for component, parts in self.slices.items():
             if not parts:
                 continue
-            path = self.out_dir / f"pprof-{self.stem}-{component}.pb.gz"
+            path = merged_profile(self.out_dir, self.stem, component)
             done = pprof("-proto", f"-output={path}", *map(str, parts))
             if done.returncode != 0:
                 raise RuntimeError(f"merging {component}'s profiles: {done.stderr.strip()}")
@@ -129,18 +136,14 @@ class ControlPlaneProfile:
 
 def resummarise(results: Path) -> None:
     """Read each row's kept profiles (`logs/` beside the results) again with today's BUCKETS."""
-    import json
-
     data = json.loads(results.read_text())
     for row in data["rows"]:
         for component in row.get("control_plane_profile") or {}:
-            profile = results.parent / "logs" / f"pprof-{row['namespace']}-{component}.pb.gz"
+            profile = merged_profile(results.parent / "logs", row["namespace"], component)
             row["control_plane_profile"][component] = summarise(component, profile)
     results.write_text(json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":
-    import sys
-
     for name in sys.argv[1:]:  # python -m e2e.pprof RESULTS.json...
         resummarise(Path(name))

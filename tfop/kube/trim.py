@@ -25,7 +25,6 @@ KEEP_CONDITION = ("type", "status", "reason", "message")
 UNREAD_LABELS = frozenset({LEGACY_GROUP_LABEL, *(key for keys in LEGACY_LABELS.values() for key in keys)})
 
 
-
 def _strings(mapping: Mapping[str, Any] | None) -> dict:
     return {intern(k): intern(v) if isinstance(v, str) and len(v) < 64 else v for k, v in (mapping or {}).items()}
 
