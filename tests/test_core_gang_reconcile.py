@@ -423,6 +423,21 @@ def test_gang_status_pending_reason(name, phase, conditions, unschedulable, expe
     assert plan.status["gang"] == expected
 
 
+def test_a_placed_gang_is_on_its_way_whatever_its_scheduler_said_before_binding():
+    """Volcano leaves its NotEnoughResources condition on a group it has since placed whole: the gang
+    only starts (a reason holding.py lets wait), and no one touches its group to try it again."""
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    group = group_of(desired_group("volcano"), phase="Running", conditions=[VOLCANO_UNSCHEDULABLE])
+    pods = gang_pods(job, "volcano", phase="Pending")
+    for p in pods:
+        p["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
+    plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("volcano"))
+    gang = plan.status["gang"]
+    assert (gang["reason"], gang["message"]) == ("Pending", "all 3 pods of the gang are placed; waiting for them to start")
+    assert gang["schedulerMessage"].startswith("PodGroup is Running: 3/3 tasks in gang unschedulable")
+    assert plan.patch == [] and plan.events == []
+
+
 def test_gang_since_kept_while_waiting():
     job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(30),
                       gang={"backend": "volcano", "group": "tf-job", "since": ago(30)})
@@ -680,6 +695,9 @@ def test_a_gang_the_free_capacity_fits_but_volcano_has_long_not_admitted_is_said
         "waiting for volcano to admit 2 pods as one gang; the cluster's free capacity fits them, but volcano "
         "keeps it for gangs it admitted earlier that have not started")
     assert [(e.type, e.reason) for e in held.events] == [("Warning", "AdmissionHeld")]
+    unseen = _held(job, 60, phase="")  # no phase: Volcano has not got to the group yet (a burst), no blame
+    assert (unseen.status["gang"]["reason"], unseen.events) == ("PodGroupPending", [])
+    assert unseen.status["gang"]["message"].endswith("the cluster's free capacity fits them")
     admitted = _held(job, 60, phase="Inqueue")  # admitted: placing it is the scheduler's step
     assert admitted.status["gang"]["message"].endswith("the cluster's free capacity fits them")
     assert [e.reason for e in admitted.events if e.type == "Warning"] == []

@@ -115,7 +115,7 @@ def test_members_bound_already_are_counted_on_their_nodes_not_again():
         "waiting for 4 nvidia.com/gpu for 2 pods as one gang; none are free", "InsufficientResources")
     everyone = [bound(j, "Worker", i) for i in range(4)]
     assert explain(j, gpu_nodes(2, 2, used=2), everyone) == Waiting(
-        "all 4 pods of the gang are placed; waiting for them to start")
+        "all 4 pods of the gang are placed; waiting for them to start", placed=True)
 
 
 # (case, job, queues, priorities, expected): these come before resources

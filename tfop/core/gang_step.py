@@ -15,8 +15,9 @@ from tfop.gang.base import GangBackend, GangShape, GangState
 from tfop.gang.shape import compute_shape, shape_problems
 
 NO_GANG = (None, GangState(admitted=True))
-# A group the scheduler has not admitted for this long, while the free capacity fits the gang, is
-# held back (pending.ADMISSION_HELD); before, it is a group not yet seen by a scheduling cycle.
+# A group the scheduler has seen (given a phase) but not admitted for this long, while the free
+# capacity fits the gang, is held back (pending.ADMISSION_HELD); before, it may only await a cycle.
+# A group without a phase has not been seen at all (Volcano behind a burst of new groups): no blame.
 ADMISSION_GRACE_SECONDS = 10
 # A gang's group is touched at most this often for room freed (each touch is a write and a new try).
 TOUCH_GAP_SECONDS = 1.0
@@ -78,13 +79,14 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     previous = draft.status.get("gang") or {}
     since = previous.get("since") or conditions.timestamp_ceil(view.now)
     waited = view.elapsed_since(since)
-    unadmitted = view.group is not None and not state.admitted and waited is not None
+    unadmitted = view.group is not None and not state.admitted and bool(state.phase) and waited is not None
     if unadmitted and waited < ADMISSION_GRACE_SECONDS:
         draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say whether the scheduler holds it back
     long_unadmitted = unadmitted and waited >= ADMISSION_GRACE_SECONDS
     waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
                                    view.obs.priority_values, long_unadmitted=long_unadmitted)
-    gang["reason"] = waiting.cause or scheduler_reason(state)
+    # A placed gang only starts: what the scheduler said before it bound the pods is behind it.
+    gang["reason"] = GANG_PENDING if waiting.placed else waiting.cause or scheduler_reason(state)
     gang["message"] = conditions.capped(waiting.message, conditions.MAX_CONDITION_MESSAGE)
     said = state.message or f"{running}/{shape.min_member} gang members running"
     if not state.explained and previous.get("phase") == gang.get("phase") and previous.get("schedulerMessage"):
@@ -111,7 +113,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     # Not after GroupRefused: a refused group says so itself (GangGroupRefused), every retry.
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
         draft.event("Warning", cause, gang["message"])
-    if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
+    if waiting and gang["reason"] != GANG_PENDING and scheduler_reason(state) == GANG_UNSCHEDULABLE:
         _touch_group(draft, backend, gang["since"], fits)
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))

@@ -94,6 +94,7 @@ class Waiting:
     message: str
     cause: str = ""
     fits: bool = False  # the free capacity fits every unplaced member: it is the scheduler's turn
+    placed: bool = False  # every member is bound to a node: only their start is left
 
 
 # -- what the gang still needs ---------------------------------------------------------------
@@ -214,7 +215,7 @@ def explain_gang(job: TFJob, shape: GangShape, members: Sequence[Mapping[str, An
             return Waiting(f"queue {queue} is {state.lower() if state else 'not open'}", QUEUE_CLOSED)
     left = unplaced(shape, members)
     if not left:
-        return Waiting(f"all {_pods(shape.min_member)} of the gang are placed; waiting for them to start")
+        return Waiting(f"all {_pods(shape.min_member)} of the gang are placed; waiting for them to start", placed=True)
     per_pod = {t: _requests(shape, t) for t in left}
     if capacity is None:
         return Waiting(_without_capacity(left, per_pod, scheduler))

@@ -25,7 +25,10 @@ from tfop.api.conditions import STARTING_GANG_REASONS
 # (quiet, maximum delay) in seconds: written once unchanged for `quiet`, or `maximum delay` after
 # the first change that was held, whichever comes first.
 PROGRESS_HOLD = (1.0, 5.0)
-STARTING_HOLD = (60.0, 60.0)
+# A gang on its ordinary way (its details change at every scheduler cycle, and a waiting gang is
+# looked at every 30 s) is written at most every 3 min: a burst of a thousand gangs takes Volcano
+# that long to start, and its actionable reasons are written at once anyway (BENCHMARK.md, round 5).
+STARTING_HOLD = (60.0, 180.0)
 # No quiet: the rest of the pods come seconds later, when their scheduler or kubelet get to them.
 PARTLY_READY_HOLD = (15.0, 15.0)
 # startTime is not among them: activeDeadlineSeconds counts from it, and a crash must not reset it.
