@@ -9,7 +9,7 @@ from tfop.api.constants import LABEL_INDEX, LABEL_JOB, LABEL_OPERATOR, LABEL_ROL
 from tfop.core.context import Observed
 from tfop.gang.common import pending_reason
 from tfop.api.normalize import authored_version, normalize
-from tfop.kube.trim import keep_whole, trim_child, trim_job
+from tfop.kube.trim import SharedParts, keep_whole, trim_child, trim_job
 
 
 def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):
@@ -63,6 +63,27 @@ def test_trimmed_pod_reads_the_same(pod):
     assert pending_reason([small]) == pending_reason([pod])
     assert "spec" not in small and "managedFields" not in small["metadata"]
     assert len(json.dumps(small)) < len(json.dumps(pod))
+
+
+def test_a_jobs_children_keep_their_equal_parts_once():
+    shared = SharedParts()
+    first, second = full_pod(), full_pod()
+    second["metadata"] = {**second["metadata"], "name": "job-worker-1", "uid": "u1"}
+    small = [trim_child(p, shared=shared) for p in (first, second)]
+    assert small == [trim_child(first), trim_child(second)]  # the same content as without sharing
+    for part in (lambda p: p["metadata"]["ownerReferences"], lambda p: p["status"]["conditions"],
+                 lambda p: p["status"]["containerStatuses"]):
+        assert part(small[0]) is part(small[1])
+    assert small[0]["metadata"] is not small[1]["metadata"]  # what differs stays each pod's own
+
+
+def test_shared_parts_tell_true_from_one_and_stay_bounded():
+    shared = SharedParts(limit=2)
+    assert shared.one([{"controller": 1}]) == [{"controller": 1}]
+    assert shared.one([{"controller": True}])[0]["controller"] is True
+    for n in range(10):
+        shared.one([{"n": n}])
+    assert len(shared._kept) <= 2
 
 
 def test_group_objects_keep_their_spec_and_status():

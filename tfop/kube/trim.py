@@ -12,8 +12,9 @@ import json
 import math
 from fractions import Fraction
 from sys import intern
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from tfop.api import codec
 from tfop.api.constants import LAST_APPLIED, LEGACY_GROUP_LABEL, LEGACY_LABELS
 from tfop.api.quantity import parse_quantity
 
@@ -25,11 +26,34 @@ KEEP_CONDITION = ("type", "status", "reason", "message")
 UNREAD_LABELS = frozenset({LEGACY_GROUP_LABEL, *(key for keys in LEGACY_LABELS.values() for key in keys)})
 
 
+class SharedParts:
+    """One copy of the equal parts many cached children carry: a job's ownerReferences on each of its
+    pods and services, the conditions and container states every running pod has alike. Cached
+    objects are never changed in place (an informer replaces a whole object), so sharing is safe;
+    the table starts over when full, and what was shared meanwhile stays shared."""
+
+    def __init__(self, limit: int = 16384):
+        self.limit, self._kept = limit, {}
+
+    def one(self, value: Any) -> Any:
+        key = codec.dumps(value).decode()  # JSON's equality (true is not 1); orjson's bytes keep a 4 KiB buffer
+        kept = self._kept.get(key)
+        if kept is None:
+            if len(self._kept) >= self.limit:
+                self._kept.clear()
+            kept = self._kept[key] = value
+        return kept
+
+
+def _no_sharing(value: Any) -> Any:
+    return value
+
+
 def _strings(mapping: Mapping[str, Any] | None) -> dict:
     return {intern(k): intern(v) if isinstance(v, str) and len(v) < 64 else v for k, v in (mapping or {}).items()}
 
 
-def trim_meta(meta: Mapping[str, Any]) -> dict:
+def trim_meta(meta: Mapping[str, Any], share: Callable[[Any], Any] = _no_sharing) -> dict:
     out = {}
     for key in KEEP_META:
         value = meta.get(key)
@@ -40,7 +64,7 @@ def trim_meta(meta: Mapping[str, Any]) -> dict:
         elif key == "annotations":
             value = _strings(value)
         elif key == "ownerReferences":
-            value = [_strings(ref) for ref in value]
+            value = share([_strings(ref) for ref in value])
         elif key in ("namespace", "name"):
             value = intern(value)
         out[key] = value
@@ -56,12 +80,12 @@ def _terminated(state: Mapping[str, Any] | None) -> dict | None:
     return {"terminated": {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}}
 
 
-def trim_pod_status(status: Mapping[str, Any]) -> dict:
+def trim_pod_status(status: Mapping[str, Any], share: Callable[[Any], Any] = _no_sharing) -> dict:
     """What tfop/pods.py and the gang backends read: phase, reason, conditions, exit codes, restarts."""
     out: dict[str, Any] = {k: status[k] for k in ("phase", "reason") if k in status}
     if status.get("conditions"):
-        out["conditions"] = [{k: intern(c[k]) if k != "message" else c[k] for k in KEEP_CONDITION if k in c}
-                             for c in status["conditions"]]
+        out["conditions"] = share([{k: intern(c[k]) if k != "message" else c[k] for k in KEEP_CONDITION if k in c}
+                                   for c in status["conditions"]])
     containers = []
     for c in status.get("containerStatuses") or []:
         kept: dict[str, Any] = {"name": intern(c.get("name", "")), "restartCount": c.get("restartCount", 0)}
@@ -71,18 +95,19 @@ def trim_pod_status(status: Mapping[str, Any]) -> dict:
                 kept[key] = state
         containers.append(kept)
     if containers:
-        out["containerStatuses"] = containers
+        out["containerStatuses"] = share(containers)
     return out
 
 
-def trim_child(obj: Mapping[str, Any], keep_spec: bool = False) -> dict:
+def trim_child(obj: Mapping[str, Any], keep_spec: bool = False, shared: SharedParts | None = None) -> dict:
     """A pod, service, group object or PriorityClass as the informers keep it (a service's status,
-    its load balancer, is never read)."""
+    its load balancer, is never read); with `shared`, equal parts kept once."""
     kind = obj.get("kind") or ""
+    share = shared.one if shared is not None else _no_sharing
     out = {"apiVersion": intern(obj.get("apiVersion") or ""), "kind": intern(kind),
-           "metadata": trim_meta(obj.get("metadata") or {})}
+           "metadata": trim_meta(obj.get("metadata") or {}, share)}
     if kind == "Pod":
-        out["status"] = trim_pod_status(obj.get("status") or {})
+        out["status"] = trim_pod_status(obj.get("status") or {}, share)
     elif kind != "Service":
         out["status"] = obj.get("status") or {}
     if keep_spec:

@@ -25,7 +25,7 @@ from tfop.core.settings import Settings
 from tfop.core.transitions import transitions
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
-from tfop.kube.trim import trim_job
+from tfop.kube.trim import SharedParts, trim_child, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
 from tfop.runtime.informer import Informer, newer, owner_key
@@ -108,9 +108,9 @@ class Controller:
         # the jobs deleted meanwhile (their pods would be re-created and collected in a loop).
         self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, None, _ignore,
                                key_of=_no_key, on_event=self.job_event, trim=trim_job)
-        self.pods = Informer(self.client, "v1", "pods", "Pod", namespaces, selector, child_changed,
-                             on_gone=self._pod_gone)
-        self.services = Informer(self.client, "v1", "services", "Service", namespaces, selector, child_changed)
+        child = partial(Informer, self.client, "v1", trim=partial(trim_child, shared=SharedParts()))  # parts kept once
+        self.pods = child("pods", "Pod", namespaces, selector, child_changed, on_gone=self._pod_gone)
+        self.services = child("services", "Service", namespaces, selector, child_changed)
         self.informers = [self.tfjobs, self.pods, self.services]
         self.groups = self.priorities = self.room = None
         if self.backend is None:
