@@ -425,7 +425,7 @@ def test_gang_status_pending_reason(name, phase, conditions, unschedulable, expe
 
 def test_a_placed_gang_is_on_its_way_whatever_its_scheduler_said_before_binding():
     """Volcano leaves its NotEnoughResources condition on a group it has since placed whole: the gang
-    only starts (a reason holding.py lets wait), and no one touches its group to try it again."""
+    only starts (a reason holding.py lets wait), with no Warning and no write to its group."""
     job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
     group = group_of(desired_group("volcano"), phase="Running", conditions=[VOLCANO_UNSCHEDULABLE])
     pods = gang_pods(job, "volcano", phase="Pending")

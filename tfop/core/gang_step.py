@@ -113,7 +113,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     # Not after GroupRefused: a refused group says so itself (GangGroupRefused), every retry.
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
         draft.event("Warning", cause, gang["message"])
-    if waiting and gang["reason"] != GANG_PENDING and scheduler_reason(state) == GANG_UNSCHEDULABLE:
+    if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
         _touch_group(draft, backend, gang["since"], fits)
     timeout = shape.schedule_timeout_seconds
     waited = draft.view.elapsed_since(gang.get("since"))
