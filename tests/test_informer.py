@@ -267,6 +267,39 @@ class Clock:
         return self.now
 
 
+class ScriptedWatches(KubeClient):
+    """What each WATCH brings, from a script: (events, seconds it lasts) per request."""
+
+    def __init__(self, script, clock):
+        super().__init__(None)
+        self.script, self.clock, self.started_from = list(script), clock, []
+
+    async def watch(self, api_version, plural, namespace=None, resource_version="", label_selector=None, **_):
+        self.started_from.append(resource_version)
+        events, seconds = self.script.pop(0)
+        self.clock.now += seconds
+        for kind, rv in events:
+            yield {"type": kind, "object": pod(rv=rv) if kind != "ERROR" else {"code": 410}}
+
+
+SLOW_READER_CLOSED = ([("ADDED", "11"), ("MODIFIED", "12")], 0.2)  # the apiserver ended it, events came
+NOTHING_AT_ONCE, NOTHING_FOR_MINUTES = ([], 0.1), ([], 290.0)
+
+
+@pytest.mark.parametrize("script, started_from, why", [
+    # a burst: the apiserver ends the watch of a reader that lags, again and again; each resumes
+    ([SLOW_READER_CLOSED, ([("MODIFIED", "13")], 0.5), NOTHING_AT_ONCE], ["10", "12", "13"], "ended at once"),
+    ([NOTHING_FOR_MINUTES, NOTHING_AT_ONCE], ["10", "10"], "ended at once"),  # timeoutSeconds, then broken
+    ([SLOW_READER_CLOSED, ([("ERROR", "")], 0.0)], ["10", "12"], "expired"),  # 410 Gone: relist
+])
+def test_a_watch_is_resumed_unless_it_expired_or_ended_at_once_with_nothing(script, started_from, why):
+    clock = Clock()
+    client = ScriptedWatches(script, clock)
+    inf = Recorder().informer(client=client, clock=clock)
+    assert asyncio.run(inf._follow(NS, "10")) == why
+    assert client.started_from == started_from and client.script == []
+
+
 def test_tombstones_expire():
     clock = Clock()
     rec = Recorder()

@@ -160,6 +160,10 @@ LIST_PAGE_SIZE = 500
 # A listing whose continue token expired (410 Gone: etcd compacted its snapshot) starts over this
 # many times at most; then the 410 goes to the caller (an informer relists after its backoff).
 LIST_RESTARTS = 3
+# A watch's answer read ahead of its reader: aiohttp stops reading the socket past twice its buffer
+# (64 KiB unless told), and the apiserver ends the watch of a client that stops reading for ~0.1 s.
+# A burst's pod events come at MB/s while a loop iteration full of passes can take that long.
+WATCH_READ_BUFFER = 1 << 20
 
 
 async def paginate(fetch: Callable[[str | None], Any],
@@ -350,7 +354,7 @@ class KubeClient:
         async with self._session.get(
             self.credentials.server + collection_path(api_version, plural, namespace), params=params,
             headers=self._headers(), timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=None),
-            **self.credentials.transport(),
+            read_bufsize=WATCH_READ_BUFFER, **self.credentials.transport(),
         ) as response:
             if self.on_response is not None:
                 self.on_response("WATCH", collection_path(api_version, plural, namespace), response.status)

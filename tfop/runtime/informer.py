@@ -39,7 +39,7 @@ MAX_TOMBSTONES = 50_000
 # informers that failed together do not return together; reset after a watch that ran this long.
 BACKOFF_FIRST, BACKOFF_LONGEST, BACKOFF_JITTER = 0.8, 30.0, 0.2
 HEALTHY_WATCH_SECONDS = 60.0
-SHORT_WATCH_SECONDS = 1.0  # a watch the apiserver ends sooner is resumed only after a pause
+SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner, having brought nothing, is relisted after a pause
 
 
 def version_of(obj: Mapping[str, Any]) -> str:
@@ -356,14 +356,18 @@ class Informer(Cache):
             await asyncio.sleep(delay)
 
     async def _follow(self, namespace: str | None, version: str) -> str:
-        """Watch from `version`, resuming each time the apiserver ends a watch; why a relist is needed."""
+        """Watch from `version`, resuming each time the apiserver ends a watch; why a relist is needed.
+        The apiserver also ends the watch of a client that reads too slowly (a burst's thousands of pod
+        events): resumed from its last event as any other, a relist (every object again) would only slow
+        the reader more. A watch that ends at once and brings nothing is a broken one: relisted."""
         while True:
             began = self.clock()
-            version = await self._watch(namespace, version)
-            if not version:
+            resumed = await self._watch(namespace, version)
+            if resumed is None:
                 return "expired"
-            if self.clock() - began < SHORT_WATCH_SECONDS:
+            if resumed == version and self.clock() - began < SHORT_WATCH_SECONDS:
                 return "ended at once"
+            version = resumed
 
     def _mark_synced(self) -> None:
         self._pending_syncs -= 1
