@@ -13,6 +13,7 @@ from tfop.children.pod import PodOptions
 from tfop.gang.registry import load_backend
 from tfop.core.plan import Event
 from tfop.core.context import Observed
+from tfop.core.gang_step import recheck_after
 
 BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator"]
 GROUP = {
@@ -467,8 +468,8 @@ TOUCH_TABLE = [
     ("scheduler-plugins", 30, None, True, 30),
     ("scheduler-plugins", 95, 12, False, 18),
     ("scheduler-plugins", 95, 31, True, 30),
-    ("volcano", 95, None, False, 30),  # Volcano retries every scheduling period by itself: no touch,
-    ("kube-arbitrator", 95, None, False, 30),  # only the waiting gang's recheck
+    ("volcano", 95, None, False, 95),  # Volcano retries every scheduling period by itself: no touch,
+    ("kube-arbitrator", 95, None, False, 95),  # only the waiting gang's recheck (after as long as it waited)
 ]
 
 
@@ -479,6 +480,13 @@ def test_unschedulable_gang_group_touched(name, waited, touched, touch, requeue)
     assert patches == ([("PodGroup", "tf-job", {"metadata": {"annotations": {RETRY: NOW_S}}})] if touch else [])
     assert plan.requeue_after == requeue
     assert plan.delete == [] and plan.create == []
+
+
+# (seconds waited, looked at again after): as long as it waited, from 30 s to 4 min
+@pytest.mark.parametrize("waited,after", [(None, 30), (0, 30), (29, 30), (31, 31), (95, 95), (240, 240),
+                                          (3600, 240)])
+def test_a_waiting_gang_is_rechecked_after_as_long_as_it_waited(waited, after):
+    assert recheck_after(waited) == after
 
 
 def _freed(seconds_ago, fits=True):

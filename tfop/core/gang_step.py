@@ -22,8 +22,10 @@ ADMISSION_GRACE_SECONDS = 10
 # A gang's group is touched at most this often for room freed (each touch is a write and a new try).
 TOUCH_GAP_SECONDS = 1.0
 # A waiting gang's sentence is read from the nodes, queues and PriorityClasses, whose changes send
-# this job no event: it is looked at again this often while it waits.
-WAITING_RECHECK_SECONDS = 30.0
+# this job no event: it is looked at again after as long as it has waited, within these bounds. Room
+# freed and new nodes wake it at once anyway; what is left changes slowly, and a burst of gangs that
+# wait minutes passed every 30 s for nothing (issue 13).
+WAITING_RECHECK_SECONDS, WAITING_RECHECK_LONGEST = 30.0, 240.0
 
 
 def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] | None:
@@ -107,8 +109,9 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     gang, fits = wait_status(draft, backend, shape, state)
     draft.status["gang"] = gang
     waiting = "reason" in gang
+    waited = draft.view.elapsed_since(gang.get("since"))
     if waiting:
-        draft.plan.requeue(WAITING_RECHECK_SECONDS)
+        draft.plan.requeue(recheck_after(waited))
     cause = gang.get("reason") if gang.get("reason") != scheduler_reason(state) else None
     # Not after GroupRefused: a refused group says so itself (GangGroupRefused), every retry.
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
@@ -116,13 +119,16 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
         _touch_group(draft, backend, gang["since"], fits)
     timeout = shape.schedule_timeout_seconds
-    waited = draft.view.elapsed_since(gang.get("since"))
     if not waiting or not timeout or waited is None:
         return True
     if waited < timeout:
         draft.plan.requeue(timeout - waited)
         return True
     return _timed_out(draft, gang, timeout)
+
+
+def recheck_after(waited: float | None) -> float:
+    return min(WAITING_RECHECK_LONGEST, max(WAITING_RECHECK_SECONDS, waited or 0.0))
 
 
 def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
@@ -132,7 +138,7 @@ def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
         draft.delete_pods(lambda pod: not pods.terminating(pod))
         gang["since"] = conditions.timestamp_ceil(view.now)
         draft.event("Warning", "GangRequeued", why + "; its pods are recreated to queue again.")
-        draft.plan.requeue(timeout)
+        draft.plan.requeue(min(timeout, recheck_after(0.0)))  # the wait starts over
         return True
     draft.fail(f"TFJob {view.id} failed: {why}", reason="GangScheduleTimeout")
     draft.delete_pods(pods.is_active)

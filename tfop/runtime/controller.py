@@ -40,7 +40,7 @@ log = logging.getLogger("tfop.controller")
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # A job that has not finished is reconciled at least this often (an API call only if something changed):
 # a last resort, since the informers relist after any broken watch; what a pass reads beyond the job's
-# own objects asks for its own, sooner, look (gang_step.WAITING_RECHECK_SECONDS). At 30 s it had
+# own objects asks for its own, sooner, look (gang_step.recheck_after). At 30 s it had
 # long bursts and thousands of running jobs passed over for nothing (BENCHMARK.md, round 4).
 RESYNC_SECONDS = 300.0
 # A child's event waits this long for the rest of its burst (a gang bound in one cycle, its pods then
