@@ -38,6 +38,7 @@ def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=
             "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": "u", "resourceVersion": "7",
                          "labels": {"training.kubeflow.org/job-name": "job"}, "annotations": {"a": "b"},
                          "ownerReferences": [{"kind": "TFJob", "name": "job", "uid": "j", "controller": True}],
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
                          "managedFields": [{"manager": "kwok", "fieldsV1": {"f:status": {}}}]},
             "spec": {"containers": [{"name": "tensorflow", "image": "tf:2", "env": [{"name": "TF_CONFIG"}]}]},
             "status": status}
@@ -67,13 +68,14 @@ def test_trimmed_pod_reads_the_same(pod):
 
 def test_a_jobs_children_keep_their_equal_parts_once():
     shared = SharedParts()
-    first, second = full_pod(), full_pod()
+    first, second = full_pod(), json.loads(json.dumps(full_pod()))  # strings of their own, as parsed
     second["metadata"] = {**second["metadata"], "name": "job-worker-1", "uid": "u1"}
     small = [trim_child(p, shared=shared) for p in (first, second)]
     assert small == [trim_child(first), trim_child(second)]  # the same content as without sharing
     for part in (lambda p: p["metadata"]["ownerReferences"], lambda p: p["status"]["conditions"],
                  lambda p: p["status"]["containerStatuses"]):
         assert part(small[0]) is part(small[1])
+    assert small[0]["metadata"]["creationTimestamp"] is small[1]["metadata"]["creationTimestamp"]  # one a second
     assert small[0]["metadata"] is not small[1]["metadata"]  # what differs stays each pod's own
 
 

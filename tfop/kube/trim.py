@@ -65,7 +65,7 @@ def trim_meta(meta: Mapping[str, Any], share: Callable[[Any], Any] = _no_sharing
             value = _strings(value)
         elif key == "ownerReferences":
             value = share([_strings(ref) for ref in value])
-        elif key in ("namespace", "name"):
+        elif key in ("namespace", "name", "creationTimestamp"):  # a burst creates hundreds a second
             value = intern(value)
         out[key] = value
     return out
