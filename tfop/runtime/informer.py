@@ -363,7 +363,7 @@ class Informer(Cache):
         while True:
             began = self.clock()
             resumed = await self._watch(namespace, version)
-            if resumed is None:
+            if not resumed:  # 410 Gone, or no version to resume from
                 return "expired"
             if resumed == version and self.clock() - began < SHORT_WATCH_SECONDS:
                 return "ended at once"
