@@ -2,9 +2,9 @@
 
 Credentials come from the kubeconfig or the in-cluster service account
 (tfop.kube.kubeconfig, exec plugins run by tfop.kube.exec_credential, or the
-official client's loader for auth providers and the like); requests go through
-one aiohttp session with a bounded connection pool, through the cluster's proxy
-if it has one.
+official client's loader for auth providers and the like). Requests go through
+tfop.kube.http1's bounded pool of kept-alive connections; watches, and every
+request when the cluster has a proxy, through one aiohttp session.
 """
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping
+from urllib.parse import urlencode
 
 import aiohttp
 
 from tfop.api import codec
 from tfop.kube.exec_credential import ExecAuthenticator, ExecCredential
+from tfop.kube.http1 import ConnectionPool, Response, StaleConnection
 from tfop.kube.kubeconfig import ConfigError, Endpoint, proxy_url, tls_context, with_env_proxy
 
 
@@ -72,10 +74,14 @@ class Credentials:
         """After a 401 to a request that carried `used`: True when a new credential is worth one more try."""
         return self.exec_auth is not None and await self.exec_auth.rejected(used)
 
+    def tls(self) -> ssl.SSLContext | bool:
+        """The TLS context of the next connection: with the exec plugin's client certificate, which may change."""
+        return (self.exec_auth and self.exec_auth.ssl_context()) or self.ssl_context
+
     def transport(self) -> dict[str, Any]:
-        """aiohttp's per-request connection arguments: the TLS context (with the plugin's client
-        certificate, which may change), the proxy, the name the server's certificate must hold."""
-        options: dict[str, Any] = {"ssl": (self.exec_auth and self.exec_auth.ssl_context()) or self.ssl_context}
+        """aiohttp's per-request connection arguments: the TLS context, the proxy, the name the
+        server's certificate must hold."""
+        options: dict[str, Any] = {"ssl": self.tls()}
         if self.proxy:
             options["proxy"] = self.proxy
         if self.server_hostname:
@@ -199,6 +205,7 @@ class KubeClient:
                  write_gate: Callable[[], bool] | None = None):
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None  # None through a proxy: aiohttp then carries every request
         self._max_connections = max_connections
         self.user_agent = user_agent  # names the replica in the apiserver's audit log
         # Asked before every write but the Lease's own: with leader election, only a leader writes.
@@ -212,9 +219,14 @@ class KubeClient:
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             json_serialize=lambda o: codec.dumps(o).decode(),
         )
+        if not self.credentials.proxy:
+            self._pool = ConnectionPool.for_server(self.credentials.server, self.credentials.tls,
+                                                  self.credentials.server_hostname, self._max_connections)
         return self
 
     async def __aexit__(self, *exc) -> None:
+        if self._pool:
+            self._pool.close()
         if self._session:
             await self._session.close()
 
@@ -237,9 +249,9 @@ class KubeClient:
                 raise NotLeading(f"{method} {path} not sent: this replica is not the leader")
             self.requests += 1
             try:
-                response, text = await self._send(method, path, data, params, content_type if body is not None
-                                                  else None, timeout)
-            except aiohttp.ClientConnectionError:
+                response = await self._send(method, path, data, params, content_type if body is not None
+                                            else None, timeout)
+            except (aiohttp.ClientConnectionError, StaleConnection):
                 # A kept-alive connection the server closed as we reused it: a read is safe to send again.
                 if method != "GET" or resent:
                     raise
@@ -247,11 +259,12 @@ class KubeClient:
                 continue
             if self.on_response is not None:
                 self.on_response(method, path, response.status)
+            text = response.body
             payload = codec.loads(text) if text and text[:1] in (b"{", b"[") else text.decode(errors="replace")
             if response.status == 429 and attempt < THROTTLE_RETRIES:
                 # Too many requests in flight: turned away before it did anything, so any
                 # verb may be sent again, after the pause the apiserver asks for.
-                await asyncio.sleep(_retry_after(response.headers.get("Retry-After"), attempt))
+                await asyncio.sleep(_retry_after(response.headers.get("retry-after"), attempt))
                 continue
             if (response.status == 401 and not reauthenticated and attempt < THROTTLE_RETRIES
                     and await self.credentials.rejected(used)):
@@ -262,12 +275,16 @@ class KubeClient:
             return payload
 
     async def _send(self, method: str, path: str, data: bytes | None, params, content_type: str | None,
-                    timeout: float) -> tuple[aiohttp.ClientResponse, bytes]:
+                    timeout: float) -> Response:
+        if self._pool is not None:
+            target = self._pool.prefix + path + ("?" + urlencode(params) if params else "")
+            lines = "".join(f"{name}: {value}\r\n" for name, value in self._headers(content_type).items())
+            return await self._pool.request(method, target, lines.encode("latin-1"), data, timeout)
         async with self._session.request(
             method, self.credentials.server + path, data=data, params=params, headers=self._headers(content_type),
             timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
         ) as response:
-            return response, await response.read()
+            return Response(response.status, {k.lower(): v for k, v in response.headers.items()}, await response.read())
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:
@@ -373,21 +390,26 @@ class KubeClient:
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:
         """Post a core v1 Event on `involved`; returns the created Event (its name is generated)."""
-        meta = involved["metadata"]
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": meta["name"],
-                "namespace": meta["namespace"], "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": etype, "reason": reason, "message": message[:1024],
-            "firstTimestamp": now, "lastTimestamp": now, "count": count,
-            "source": {"component": component}, "reportingComponent": component,
-        }
-        return await self.request("POST", collection_path("v1", "events", meta["namespace"]), event)
+        event = event_object(involved, etype, reason, message, now, component, count)
+        return await self.request("POST", collection_path("v1", "events", event["metadata"]["namespace"]), event)
 
     async def patch_event(self, namespace: str, name: str, count: int, now: str) -> dict | None:
         """Count a repeat on a posted Event; None when it is gone (Events expire after an hour)."""
         return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})
+
+
+def event_object(involved: Mapping[str, Any], etype: str, reason: str, message: str, now: str,
+                 component: str, count: int) -> dict:
+    """A core v1 Event on `involved`, its name generated by the apiserver."""
+    meta = involved["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": meta["name"],
+            "namespace": meta["namespace"], "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": etype, "reason": reason, "message": message[:1024],
+        "firstTimestamp": now, "lastTimestamp": now, "count": count,
+        "source": {"component": component}, "reportingComponent": component,
+    }
