@@ -16,8 +16,6 @@ from urllib.parse import urlsplit
 
 # A response's status line and headers; the apiserver's are a few hundred bytes.
 MAX_HEAD_BYTES = 64 * 1024
-# Idle connections kept for reuse; the pool's limit bounds those in use.
-MAX_IDLE = 32
 
 
 class ProtocolError(ConnectionError):
@@ -83,7 +81,7 @@ class ConnectionPool:
             except BaseException:
                 connection.close()  # its state is unknown: cancelled, timed out or broken mid-answer
                 raise
-        if keep and len(self._idle) < MAX_IDLE:
+        if keep:  # kept whatever the count: idle and in use are never more than the limit together
             connection.reused = True
             self._idle.append(connection)
         else:
