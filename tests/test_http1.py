@@ -48,11 +48,11 @@ class ScriptedServer:
         writer.close()
 
 
-def run(answers: list[bytes], scenario, prefix: str = ""):
+def run(answers: list[bytes], scenario, prefix: str = "", limit: int = 4):
     async def main():
         server = ScriptedServer(answers)
         async with server as url:
-            pool = ConnectionPool.for_server(url + prefix, lambda: None, limit=4)
+            pool = ConnectionPool.for_server(url + prefix, lambda: None, limit=limit)
             try:
                 return server, await scenario(pool)
             finally:
@@ -156,3 +156,14 @@ def test_the_client_sends_a_read_again_on_a_stale_connection_but_not_a_write():
         ["GET", "/api/v1/namespaces"], ["GET", "/api/v1/namespaces"], ["GET", "/api/v1/namespaces"],
         ["POST", "/api/v1/namespaces"]]
     assert all("Authorization: Bearer t0ken\r\n" in head for head, _ in server.requests)
+
+
+def test_a_burst_reuses_every_connection_it_opened():
+    burst = 40  # more than half the pool: a pool keeping fewer idle than its limit would reopen some
+
+    async def scenario(pool):
+        for _ in range(3):
+            answers = await asyncio.gather(*(get(pool) for _ in range(burst)))
+            assert {answer.status for answer in answers} == {200}
+    server, _ = run([OK_JSON] * 3 * burst, scenario, limit=64)
+    assert server.connections == burst
