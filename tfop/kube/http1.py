@@ -1,8 +1,9 @@
 """The apiserver's unary requests over kept-alive HTTP/1.1 connections, at about half aiohttp's CPU.
 
 A burst sends tens of thousands of requests; aiohttp's request path was the largest part of the
-operator's own CPU (~0.25 ms a request; this path ~0.13, `python -m e2e.bench` and BENCHMARK.md
-round 7). It speaks only what the apiserver answers tfop: one request at a time a connection,
+operator's own CPU. Measured alone against the local apiserver, a create cost 0.23-0.34 ms of CPU
+through aiohttp and 0.15-0.16 through this pool (e2e/BENCHMARK.md, round 7). It speaks only what
+the apiserver answers tfop: one request at a time a connection,
 bodies sized by Content-Length or chunked, no compression, no redirects, no proxy. Watches and
 requests through a proxy stay on aiohttp (tfop.kube.client).
 """
