@@ -4,6 +4,8 @@ and failures it rarely shows."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 
 import pytest
 
@@ -13,6 +15,7 @@ from tfop.kube.http1 import MAX_HEAD_BYTES, ConnectionPool, ProtocolError, Stale
 OK_JSON = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"a": true}'
 CLOSE = b"<close>"  # scripted, alone or after an answer: close the connection
 SILENT = b"<silent>"  # scripted: read the request, never answer
+RESET = b"<reset>"  # scripted: read the request, reset the connection (TCP RST, as a restarting apiserver)
 
 
 class ScriptedServer:
@@ -39,6 +42,11 @@ class ScriptedServer:
                 answer = self.answers.pop(0)
                 if answer == SILENT:
                     await asyncio.sleep(3600)
+                if answer == RESET:
+                    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                               struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
                 writer.write(answer.removesuffix(CLOSE))
                 await writer.drain()
                 if answer.endswith(CLOSE):
@@ -108,6 +116,17 @@ def test_a_kept_alive_connection_closed_by_the_server_is_stale_a_new_one_is_not(
         with pytest.raises(ProtocolError, match="after 0 bytes"):
             await get(pool)  # a fresh connection closed without an answer: not stale, broken
     server, _ = run([OK_JSON, CLOSE, CLOSE], scenario)
+    assert server.connections == 2
+
+
+def test_a_kept_alive_connection_reset_by_the_server_is_stale_a_new_one_is_not():
+    async def scenario(pool):
+        await get(pool)
+        with pytest.raises(StaleConnection):
+            await get(pool)
+        with pytest.raises(ConnectionResetError):
+            await get(pool)
+    server, _ = run([OK_JSON, RESET, RESET], scenario)
     assert server.connections == 2
 
 

@@ -111,6 +111,10 @@ async def _read_response(connection: _Connection, method: str) -> tuple[Response
         if connection.reused and not err.partial:
             raise StaleConnection("the server closed a kept-alive connection") from None
         raise ProtocolError(f"the connection closed after {len(err.partial)} bytes of an answer") from None
+    except ConnectionResetError:
+        if connection.reused:  # the server dropped it while idle (a restart, an idle timeout): resend a GET
+            raise StaleConnection("the server reset a kept-alive connection") from None
+        raise
     except asyncio.LimitOverrunError:
         raise ProtocolError(f"an answer's headers exceed {MAX_HEAD_BYTES} bytes") from None
     status, version, headers = _parse_head(head)
