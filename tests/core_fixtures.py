@@ -173,7 +173,19 @@ def context(backend=None, **settings) -> Context:
 
 def run(job: TFJob, obs: Observed | None = None, now: datetime = NOW, ctx: Context | None = None,
         problems=(), notes=()):
-    return reconcile(job, obs or Observed(), now, ctx or context(), problems, notes)
+    plan = reconcile(job, obs or Observed(), now, ctx or context(), problems, notes)
+    assert_settles(job, plan, obs, now, ctx, problems)
+    return plan
+
+
+def assert_settles(job, plan, obs, now, ctx, problems):
+    """A pass that changed only the status leaves nothing for the next pass on the same children: the
+    runtime does not look again when its own status write comes back (Controller.job_event)."""
+    if plan.status is None or plan.create or plan.delete or plan.patch or plan.create_group or plan.delete_job:
+        return
+    again = reconcile(with_status(job, **plan.status), obs or Observed(), now + timedelta(seconds=0.5),
+                      ctx or context(), problems, ())
+    assert (again.status, again.writes, again.events) == (None, 0, []), (plan.status, again)
 
 
 def names(objs) -> list[str]:

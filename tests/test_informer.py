@@ -10,7 +10,8 @@ import pytest
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient, paginate
 from tfop.kube.trim import keep_whole
-from tfop.runtime.informer import Backoff, Informer, Tombstones, newer
+from tfop.runtime.informer import Backoff, Informer, Tombstones
+from tfop.runtime.jobs import newer
 
 NS, JOB = "ns", ("ns", "job")
 

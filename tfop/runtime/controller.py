@@ -28,7 +28,7 @@ from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.trim import SharedParts, trim_child, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
-from tfop.runtime.informer import Informer, newer, owner_key
+from tfop.runtime.informer import Informer, owner_key
 from tfop.runtime.jobs import JobKey, JobRecord
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
@@ -141,8 +141,8 @@ class Controller:
         record = self.jobs.get(key)
         if record is None:
             self.jobs[key] = JobRecord(dict(body))
-        elif newer(body, record.body):  # not older than what our own status write answered
-            record.body = dict(body)
+        elif not record.take_event(dict(body)):
+            return  # our own status write coming back
         self.queue.add(key)
 
     def _pod_gone(self, key: JobKey, name: str) -> None:

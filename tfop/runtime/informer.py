@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.trim import trim_child
-from tfop.runtime.jobs import JobKey
+from tfop.runtime.jobs import JobKey, newer, version_of
 
 log = logging.getLogger("tfop.informer")
 Name = tuple[str, str]  # (namespace, name)
@@ -40,25 +40,6 @@ MAX_TOMBSTONES = 50_000
 BACKOFF_FIRST, BACKOFF_LONGEST, BACKOFF_JITTER = 0.8, 30.0, 0.2
 HEALTHY_WATCH_SECONDS = 60.0
 SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner, having brought nothing, is relisted after a pause
-
-
-def version_of(obj: Mapping[str, Any]) -> str:
-    return (obj.get("metadata") or {}).get("resourceVersion") or ""
-
-
-def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    """Whether `candidate` is at least as new as `current`. resourceVersions are opaque, but etcd's
-    are integers: compared when they are. A copy without one is never newer than a known object: the
-    apiserver answers a DELETE that someone else finished first with such a copy (the pod as it was
-    before the deletion), which would otherwise bring a deleted pod back."""
-    if current is None:
-        return True
-    a, b = version_of(candidate), version_of(current)
-    if not a:
-        return False
-    if a.isdigit() and b.isdigit():
-        return int(a) >= int(b)
-    return True
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

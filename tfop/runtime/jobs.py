@@ -3,11 +3,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from tfop.api.normalize import Normalized, normalize
 
 JobKey = tuple[str, str]  # (namespace, job name)
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion") or ""
+
+
+def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    """Whether `candidate` is at least as new as `current`. resourceVersions are opaque, but etcd's
+    are integers: compared when they are. A copy without one is never newer than a known object: the
+    apiserver answers a DELETE that someone else finished first with such a copy (the pod as it was
+    before the deletion), which would otherwise bring a deleted pod back."""
+    if current is None:
+        return True
+    a, b = version_of(candidate), version_of(current)
+    if not a:
+        return False
+    if a.isdigit() and b.isdigit():
+        return int(a) >= int(b)
+    return True
 
 
 @dataclass
@@ -22,12 +41,31 @@ class JobRecord:
     # for a lost gang member; and pods seen gone that it did not delete, until a pass reads them.
     deleting: set[str] = field(default_factory=set)
     vanished: set[str] = field(default_factory=set)
+    # The resourceVersion our last status write answered with, until its watch event comes back.
+    written_version: str = ""
     # The refusals that blocked the last pass that tried to create something, and when (Observed).
     refusals: tuple = ()
     refused_at: datetime | None = None
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
     # job's pods, and the job itself (its body, or the status held for it) changes far less often.
     _normalized: tuple[dict, Normalized] | None = field(default=None, repr=False)
+
+    def take_event(self, body: dict) -> bool:
+        """The job as its watch saw it; whether a pass should look at it: not when it is our own status
+        write coming back (the pass that wrote it saw everything else, and the core settles after its
+        own status: tests/core_fixtures.assert_settles)."""
+        if not newer(body, self.body):
+            return True  # older than our status write's answer, which the pass will read
+        self.body = body  # the informer's copy, shared: the write's answer is dropped
+        echo = self.written_version != "" and self.written_version == version_of(body)
+        if echo:
+            self.written_version = ""
+        return not echo
+
+    def take_written(self, updated: dict) -> None:
+        """Our status write's answer (trimmed), unless its watch event came first."""
+        if newer(updated, self.body) and version_of(updated) != version_of(self.body):
+            self.body, self.written_version = updated, version_of(updated)
 
     def status(self) -> dict:
         """The job's status as the operator knows it: the held one, else the written one."""

@@ -8,7 +8,6 @@ from tfop.api.constants import GROUP, PLURAL, STORAGE_VERSION
 from tfop.kube.client import KubeClient
 from tfop.kube.trim import trim_job
 from tfop.runtime.holding import hold_limits
-from tfop.runtime.informer import newer
 from tfop.runtime.jobs import JobKey, JobRecord
 
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
@@ -64,8 +63,8 @@ class StatusWriter:
         updated = await self.call(self.client.merge_patch, TFJOB_API, PLURAL, meta["namespace"], meta["name"],
                                   patch, subresource="status")
         # Remember what we wrote: the next reconcile must not act on the old status again.
-        if updated and newer(updated, record.body):
-            record.body = trim_job(updated)
+        if updated:
+            record.take_written(trim_job(updated))
 
     async def flush(self, records: list[JobRecord], timeout: float) -> int:
         """On shutdown: write every held status, so `kubectl get tfjob` does not lag behind by a restart."""
