@@ -194,6 +194,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
         metrics = Metrics()
         client.on_response = metrics.api_response
         backend = await start_up(settings, client)
+        log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         operator = Operator(settings, client, Controller(settings, client, backend, metrics=metrics), elector)
         registry = build_registry(credentials, operator.stop)
         servers = [await serve(settings.health_probe_bind_address, "the probes", probe_checks(operator)),
