@@ -139,6 +139,7 @@ class Window:
     op0: dict | None = None  # proc_stats of the operator
     op1: dict | None = None
     raw_cpu: float | None = None
+    measured: float = 0.0  # when the counters after the idle wait were read
 
 
 class Bench:
@@ -205,7 +206,7 @@ class Bench:
             extra = ["--max-pods-per-job", str(self.pods_per_job)] if big else []
             # its passes a job are read from its own /metrics (the last --metrics-bind-address wins)
             self.metrics_port = free_port()
-            extra += ["--metrics-bind-address", f"127.0.0.1:{self.metrics_port}"]
+            extra += ["--metrics-bind-address", f"127.0.0.1:{self.metrics_port}", *self.args.tfop_arg]
             operator = TfopProcess(self.cluster, [ns], gang, extra_args=extra, log_dir=self.log_dir).start()
         else:
             a = self.args
@@ -278,7 +279,8 @@ class Bench:
         self.row_profiles = await pprof.stop() if pprof else {}
         last, m1, idle = await admin.wait_idle(quiet=2.0, timeout=self.settle_timeout, since=end)
         w = Window(t0, submitted, end, last, idle, timed_out, sent, m0, m1, cpu0, component_cpu(self.cluster),
-                   throttle0, scheduler_throttle(self.cluster), op0, proc_stats(pid) if pid else None, raw_cpu)
+                   throttle0, scheduler_throttle(self.cluster), op0, proc_stats(pid) if pid else None, raw_cpu,
+                   time.monotonic())
         if spy is not None:
             spy.send_signal(2)
             spy.wait(timeout=30)
@@ -428,6 +430,11 @@ def figures(label: str, ns: str, J: int, pods_per_job: int, clock: PodClock, cen
     result["component_cpu_s"] = components
     # Did a scheduler's client QPS bound the row? (--scheduler-qps)
     result["scheduler_throttle_s"] = {n: w.throttle1[n] - w.throttle0[n] for n in w.throttle1 if n in w.throttle0}
+    # Every process's CPU over the window against what the machine had (cores x window): near 1, the row is
+    # bound by the machine's CPU, and a second of any process's CPU (the operator's, the apiserver's) is wall.
+    result["all_cpu_s"] = sum(components.values()) + result.get("cpu_s", 0.0)
+    span = w.measured - w.t0  # the counters' window: the wall and the idle wait after it
+    result["machine_busy"] = result["all_cpu_s"] / ((os.cpu_count() or 1) * span) if span > 0 else None
     for name, key in (("kube-apiserver", "apiserver"), ("etcd", "etcd")):
         if name in components:
             result[f"{key}_cpu_s"] = components[name]
@@ -469,7 +476,8 @@ def summary(r: dict) -> str:
             f"p50/p95/p99 {fmt(r['latency_p50_s'])}/{fmt(r['latency_p95_s'])}/{fmt(r['latency_p99_s'])}s, "
             f"writes/job {fmt(r['writes_per_job'], '.2f')}, events/job {fmt(r['events_per_job'], '.2f')}, "
             f"CPU ms/job {fmt(r.get('cpu_ms_per_job'), '.1f')}, apiserver CPU {fmt(r.get('apiserver_cpu_s'))}s, "
-            f"etcd CPU {fmt(r.get('etcd_cpu_s'))}s"
+            f"etcd CPU {fmt(r.get('etcd_cpu_s'))}s, all CPU {fmt(r.get('all_cpu_s'))}s "
+            f"(machine busy {fmt(r.get('machine_busy'), '.2f')})"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")
             + (f", passes/job {fmt(r['passes_per_job'], '.1f')}" if "passes_per_job" in r else "")
             + (" TIMED OUT" if r["timed_out"] else ""))
@@ -491,7 +499,7 @@ def writes_cell(r: dict, J: int) -> str:
 
 TABLE_HEAD = ["row", "wall s", "objects s", "pods/s", "p50 s", "p95 s", "p99 s", "writes/job", "writes/job by resource",
               "events/job", "429s/job", "CPU s", "CPU ms/job", "peak RSS MB", "apiserver CPU s",
-              "apiserver CPU ms/job", "etcd CPU s", "restart idle s", "restart writes", "× raw wall",
+              "apiserver CPU ms/job", "etcd CPU s", "all CPU s", "machine busy", "restart idle s", "restart writes", "× raw wall",
               "upstream default ÷ row"]
 
 
@@ -508,7 +516,8 @@ def table(results: list[dict], J: int) -> str:
                  fmt(r["events_per_job"], ".2f"), fmt(r.get("throttled_per_job"), ".2f"), fmt(r.get("cpu_s")),
                  fmt(r.get("cpu_ms_per_job"), ".0f"), fmt(r.get("peak_rss_mb"), ".0f"),
                  fmt(r.get("apiserver_cpu_s")), fmt(r.get("apiserver_cpu_ms_per_job"), ".0f"),
-                 fmt(r.get("etcd_cpu_s")), fmt(r.get("restart_idle_s")),
+                 fmt(r.get("etcd_cpu_s")), fmt(r.get("all_cpu_s")), fmt(r.get("machine_busy"), ".2f"),
+                 fmt(r.get("restart_idle_s")),
                  str(r.get("restart_writes", "-")), fmt(ratio, ".2f"), fmt(vs_up, ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -581,6 +590,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=0,
                     help="per row, until every pod is Running (--single: per job); default max(900, 0.1 s a pod)")
     ap.add_argument("--connections", type=int, default=128, help="the submitter's connections")
+    ap.add_argument("--tfop-arg", action="append", default=[], metavar="FLAG",
+                    help="one more flag of the tfop row's operator, e.g. --tfop-arg=--max-concurrent-requests=32")
     ap.add_argument("--upstream-threads", type=int, default=32)
     ap.add_argument("--upstream-qps", type=int, default=1000)
     ap.add_argument("--upstream-burst", type=int, default=2000)
