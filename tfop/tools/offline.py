@@ -175,6 +175,9 @@ def documents(stream: IO[str] | str) -> list[Any]:
         _check_depth(yaml.parse(text, Loader=KubectlYamlLoader))
         docs = list(yaml.load_all(text, Loader=KubectlYamlLoader))
     except yaml.YAMLError as err:
+        # libyaml bundled with PyYAML >= 6.0.4 has a bound of its own (1000 levels), met before ours
+        if "maximum nesting depth" in str(getattr(err, "problem", "")):
+            raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
         raise ValueError(f"not YAML: {printable(yaml_error(err))}") from None
     except TooDeep as err:
         raise ValueError(str(err)) from None
