@@ -180,7 +180,7 @@ def run(job: TFJob, obs: Observed | None = None, now: datetime = NOW, ctx: Conte
 
 def assert_settles(job, plan, obs, now, ctx, problems):
     """A pass that changed only the status leaves nothing for the next pass on the same children: the
-    runtime does not look again when its own status write comes back (Controller.job_event)."""
+    runtime does not look again when its own status write comes back (JobRecord.take_event)."""
     if plan.status is None or plan.create or plan.delete or plan.patch or plan.create_group or plan.delete_job:
         return
     again = reconcile(with_status(job, **plan.status), obs or Observed(), now + timedelta(seconds=0.5),

