@@ -385,3 +385,16 @@ OWNER_KEYS = [
 def test_owner_key(case, obj, key):
     from tfop.runtime.informer import owner_key
     assert owner_key(obj) == key
+
+
+def test_our_create_answer_is_kept_without_waking_its_job_and_the_watch_wakes_it_for_changes_only():
+    """The pass that created a pod settles on it (tests/core_fixtures.assert_settles): its answer fills the
+    cache quietly; the watch's ADDED at the same version says nothing new; a later change wakes the job."""
+    rec = Recorder()
+    inf = rec.informer()
+    inf.upsert(pod(rv="7", phase="Pending"), tell=False)
+    assert names(inf) == ["job-worker-1"] and rec.woken == []
+    watch(inf, "ADDED", pod(rv="7", phase="Pending"))
+    assert rec.woken == []
+    watch(inf, "MODIFIED", pod(rv="8", phase="Running"))
+    assert rec.woken == [JOB] and inf.for_job(JOB)[0]["status"]["phase"] == "Running"

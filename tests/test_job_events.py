@@ -1,4 +1,5 @@
-"""Which TFJob watch events start a pass: every change, but not our own status write coming back.
+"""Which TFJob watch events start a pass: every change, but not our own status write coming back; nor
+the answers of the pass's own creates.
 
 The status PATCH goes to a local socket server (test_http1.ScriptedServer) that answers with the job
 at a new resourceVersion, as the apiserver does; the work queue is replaced by a list of the keys added.
@@ -9,6 +10,8 @@ import asyncio
 import json
 
 from test_http1 import ScriptedServer
+from tfop.api.constants import LABEL_JOB
+from tfop.core.plan import Plan
 from tfop.core.settings import Settings
 from tfop.kube.client import Credentials, KubeClient
 from tfop.runtime.controller import Controller
@@ -85,3 +88,32 @@ def test_the_record_shares_the_informers_copy_after_the_echo():
                 controller.job_event("MODIFIED", echo)
                 return controller.jobs[KEY].body["metadata"] is echo["metadata"]
     assert asyncio.run(main())
+
+
+def child(kind: str, name: str, version: int = 0) -> dict:
+    meta = {"name": name, "namespace": "ml", "labels": {LABEL_JOB: "tf-job"}}
+    if version:
+        meta.update(uid=f"uid-{name}", resourceVersion=str(version))
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
+def test_the_answers_of_our_own_creates_fill_the_caches_and_start_no_pass():
+    """The pass that created them settles on them (tests/core_fixtures.assert_settles); their watch
+    events at the same version say nothing new, and a later change of theirs starts a pass as ever."""
+    created = [child("Pod", "tf-job-worker-0", 5), child("Service", "tf-job-worker-0", 6)]
+
+    async def main():
+        async with ScriptedServer([answer(c) for c in created]) as url:
+            async with KubeClient(Credentials(server=url, ssl_context=False, token="t")) as client:
+                controller = Controller(Settings(namespaces=("ml",)), client, None)
+                controller.job_event("ADDED", job(10))
+                woken = []
+                controller.pods.on_change = controller.services.on_change = woken.append
+                plan = Plan(create=[child("Pod", "tf-job-worker-0"), child("Service", "tf-job-worker-0")])
+                failures = await controller.applier.write_objects(controller.jobs[KEY], plan)
+                cached = len(controller.pods.for_job(KEY)), len(controller.services.for_job(KEY))
+                controller.pods.handle_event({"type": "ADDED", "object": created[0]}, "5")
+                quiet = list(woken)
+                controller.pods.handle_event({"type": "MODIFIED", "object": child("Pod", "tf-job-worker-0", 7)}, "7")
+                return failures, cached, quiet, woken
+    assert asyncio.run(main()) == ([], (1, 1), [], [KEY])

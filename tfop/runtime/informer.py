@@ -166,7 +166,9 @@ class Cache:
         return self.objects.get((namespace, name))
 
     # -- writes (from watch events and relists, and from our own API responses) --------
-    def upsert(self, obj: Mapping[str, Any]) -> None:
+    def upsert(self, obj: Mapping[str, Any], tell: bool = True) -> None:
+        """Keep `obj` if it is newer than what we have; unless told not to (our own create's answer),
+        its job looks at it (on_change)."""
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         current = self.objects.get(name)
@@ -189,7 +191,7 @@ class Cache:
             self.by_job.setdefault(key, set()).add(name)
         if self.on_event is not None:
             self.on_event("ADDED" if current is None else "MODIFIED", kept)
-        if key:
+        if key and tell:
             self.on_change(key)
 
     def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:
