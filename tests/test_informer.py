@@ -11,7 +11,7 @@ from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient, paginate
 from tfop.kube.trim import keep_whole
 from tfop.runtime.informer import Backoff, Informer, Tombstones
-from tfop.runtime.versions import newer
+from tfop.runtime.versions import later, newer
 
 NS, JOB = "ns", ("ns", "job")
 
@@ -139,6 +139,18 @@ def test_object_without_version_is_never_cached():
     assert not newer(pod(with_rv=False), pod(rv="1"))
     assert newer(pod(rv="2"), pod(rv="1")) and not newer(pod(rv="1"), pod(rv="2"))
     assert newer(pod(rv="b"), pod(rv="a"))  # opaque versions cannot be compared: take the new copy
+
+
+@pytest.mark.parametrize("candidate, current, is_newer, is_later", [
+    (pod(rv="2"), None, True, True),
+    (pod(rv="2"), pod(rv="1"), True, True),
+    (pod(rv="2"), pod(rv="2"), True, False),  # the same version again: not later
+    (pod(rv="1"), pod(rv="2"), False, False),
+    (pod(with_rv=False), pod(rv="1"), False, False),
+    (pod(rv="b"), pod(rv="a"), True, True),  # opaque: the new copy is taken
+])
+def test_newer_and_later(candidate, current, is_newer, is_later):
+    assert (newer(candidate, current), later(candidate, current)) == (is_newer, is_later)
 
 
 def test_same_version_again_changes_nothing():
