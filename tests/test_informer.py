@@ -355,6 +355,24 @@ def test_backoff_jitter_is_twenty_percent(rand, factor):
     assert Backoff(rand=lambda: rand).after(0) == pytest.approx(0.8 * factor, rel=1e-5)
 
 
+def test_a_new_version_that_changes_nothing_kept_moves_the_cache_and_wakes_no_job():
+    """A kubelet's or scheduler's update of what the copy does not keep (here the pod's IP and a condition's
+    probe time) cannot change a reconcile's decision: the version moves on, the job is not queued."""
+    rec = Recorder()
+    inf = rec.informer(on_event=rec.event)
+    first = pod(rv="7")
+    first["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastProbeTime": "t1"}]
+    watch(inf, "ADDED", first)
+    heartbeat = pod(rv="8")
+    heartbeat["status"].update(podIP="10.0.0.1", conditions=[{"type": "Ready", "status": "True",
+                                                              "lastProbeTime": "t2"}])
+    watch(inf, "MODIFIED", heartbeat)
+    assert rec.woken == [JOB] and inf.get(NS, "job-worker-1")["metadata"]["resourceVersion"] == "8"
+    assert rec.events[-1] == ("MODIFIED", "job-worker-1", "8")  # whoever watches every change still hears it
+    watch(inf, "MODIFIED", pod(rv="9", phase="Succeeded"))
+    assert rec.woken == [JOB, JOB]
+
+
 # -- whole objects (TFJobs) -----------------------------------------------------------------
 def test_whole_objects_and_every_change_told():
     rec = Recorder()
@@ -364,7 +382,8 @@ def test_whole_objects_and_every_change_told():
            "metadata": {"name": "j", "namespace": NS, "uid": "u", "resourceVersion": "1",
                         "managedFields": [{"manager": "kubectl"}]}}
     watch(inf, "ADDED", job)
-    watch(inf, "MODIFIED", {**job, "metadata": {**job["metadata"], "resourceVersion": "2"}})
+    changed = {**job, "status": {"replicaStatuses": {}}, "metadata": {**job["metadata"], "resourceVersion": "2"}}
+    watch(inf, "MODIFIED", changed)
     watch(inf, "MODIFIED", job)  # stale: not a change
     watch(inf, "DELETED", {**job, "metadata": {**job["metadata"], "resourceVersion": "3"}})
     assert rec.events == [("ADDED", "j", "1"), ("MODIFIED", "j", "2"), ("DELETED", "j", "3")]

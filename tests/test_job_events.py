@@ -114,6 +114,7 @@ def test_the_answers_of_our_own_creates_fill_the_caches_and_start_no_pass():
                 cached = len(controller.pods.for_job(KEY)), len(controller.services.for_job(KEY))
                 controller.pods.handle_event({"type": "ADDED", "object": created[0]}, "5")
                 quiet = list(woken)
-                controller.pods.handle_event({"type": "MODIFIED", "object": child("Pod", "tf-job-worker-0", 7)}, "7")
+                bound = {**child("Pod", "tf-job-worker-0", 7), "status": {"phase": "Running"}}
+                controller.pods.handle_event({"type": "MODIFIED", "object": bound}, "7")
                 return failures, cached, quiet, woken
     assert asyncio.run(main()) == ([], (1, 1), [], [KEY])

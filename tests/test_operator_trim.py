@@ -9,7 +9,8 @@ from tfop.api.constants import LABEL_INDEX, LABEL_JOB, LABEL_OPERATOR, LABEL_ROL
 from tfop.core.context import Observed
 from tfop.gang.common import pending_reason
 from tfop.api.normalize import authored_version, normalize
-from tfop.kube.trim import SharedParts, keep_whole, trim_child, trim_job
+from tfop.gang.registry import backend_class
+from tfop.kube.trim import SharedParts, keep_whole, trim_child, trim_group, trim_job
 
 
 def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):
@@ -88,12 +89,46 @@ def test_shared_parts_tell_true_from_one_and_stay_bounded():
     assert len(shared._kept) <= 2
 
 
-def test_group_objects_keep_their_spec_and_status():
-    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-             "metadata": {"name": "job", "namespace": "ns", "managedFields": [{}]},
-             "spec": {"minMember": 5}, "status": {"phase": "Inqueue", "conditions": [{"type": "x"}]}}
-    small = trim_child(group, keep_spec=True)
-    assert small["spec"] == group["spec"] and small["status"] == group["status"]
+# Group objects as their schedulers write them while a gang starts: counters and condition times move
+# with every pod, which no backend's state() reads.
+_TIMES = {"lastTransitionTime": "2026-01-01T00:00:01Z", "transitionID": "9f1c"}
+GROUP_STATUSES = [
+    ("volcano", {}),
+    ("volcano", {"phase": "Pending", "conditions": [{"type": "Unschedulable", "status": "True",
+                 "reason": "NotEnoughResources", "message": "3/5 tasks in gang unschedulable", **_TIMES}]}),
+    ("volcano", {"phase": "Running", "running": 4, "succeeded": 1,
+                 "conditions": [{"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready", **_TIMES}]}),
+    ("kube-batch", {"phase": "Pending", "running": 1, "conditions": [
+        {"type": "Unschedulable", "status": "True", "message": "1/3 tasks", **_TIMES}]}),
+    ("scheduler-plugins", {"phase": "Scheduling", "scheduled": 3, "running": 2,
+                           "occupiedBy": "ml/job", "scheduleStartTime": "2026-01-01T00:00:00Z"}),
+    ("kube-arbitrator", {"currentHealthy": 2, "desiredHealthy": 5, "disruptionsAllowed": 0, "expectedPods": 5,
+                         "conditions": [{"type": "DisruptionAllowed", "status": "False", **_TIMES}]}),
+]
+
+
+@pytest.mark.parametrize("backend, status", GROUP_STATUSES,
+                         ids=[f"{b}-{i}" for i, (b, _) in enumerate(GROUP_STATUSES)])
+def test_a_trimmed_group_reads_the_same_to_its_backend(backend, status):
+    gang = backend_class(backend)()
+    resource = gang.group_resource
+    group = {"apiVersion": resource.api_version, "kind": resource.kind,
+             "metadata": {"name": "job", "namespace": "ns", "managedFields": [{}], "resourceVersion": "5"},
+             "spec": {"minMember": 5, "minResources": {"cpu": "5"}}, "status": status}
+    small = trim_group(group, gang.group_status_fields)
+    pods = [{"metadata": {"name": "job-worker-0"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}}]
+    assert gang.state(small, pods) == gang.state(group, pods)
+    assert small["spec"] == group["spec"] and "managedFields" not in small["metadata"]
+    desired = {"spec": {"minMember": 6, "minResources": {"cpu": "5"}}}
+    assert gang.group_changes(small, desired) == gang.group_changes(group, desired)
+    # the scheduler's next update: counters up, condition times moved; only a backend that reads the
+    # counters (scheduler-plugins says them) gets a copy that differs, to wake the job
+    later = {k: v + 1 if isinstance(v, int) else v for k, v in status.items()}
+    if "conditions" in status:
+        later["conditions"] = [{**c, "lastTransitionTime": "2026-01-01T00:00:09Z"} for c in status["conditions"]]
+    reads_counters = any(isinstance(status.get(k), int) for k in gang.group_status_fields)
+    assert (trim_group({**group, "status": later}, gang.group_status_fields) == small) is not reads_counters
 
 
 def job(version="v1beta1", how="managedFields"):

@@ -81,6 +81,9 @@ class GangBackend(ABC):
     # For schedulers that retry a rejected gang only when its group object changes: touch
     # (annotate) the group this often while the gang is unschedulable. None: never touch.
     retry_touch_seconds: ClassVar[float | None] = None
+    # What state() reads of the group's status; the rest (counters, condition timestamps: a scheduler
+    # updates them as pods start) is not kept, so changes to it wake no reconcile.
+    group_status_fields: ClassVar[tuple[str, ...]] = ("phase", "conditions")
 
     def admission_probe(self, namespace: str) -> dict | None:
         """For a backend whose state() holds pods back until the group is admitted: a pod that

@@ -80,12 +80,16 @@ def _terminated(state: Mapping[str, Any] | None) -> dict | None:
     return {"terminated": {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}}
 
 
+def trim_conditions(conditions: list[Mapping[str, Any]]) -> list[dict]:
+    """Type, status, reason and message: not the times, which change when nothing else does."""
+    return [{k: intern(c[k]) if k != "message" else c[k] for k in KEEP_CONDITION if k in c} for c in conditions]
+
+
 def trim_pod_status(status: Mapping[str, Any], share: Callable[[Any], Any] = _no_sharing) -> dict:
     """What tfop/pods.py and the gang backends read: phase, reason, conditions, exit codes, restarts."""
     out: dict[str, Any] = {k: status[k] for k in ("phase", "reason") if k in status}
     if status.get("conditions"):
-        out["conditions"] = share([{k: intern(c[k]) if k != "message" else c[k] for k in KEEP_CONDITION if k in c}
-                                   for c in status["conditions"]])
+        out["conditions"] = share(trim_conditions(status["conditions"]))
     containers = []
     for c in status.get("containerStatuses") or []:
         kept: dict[str, Any] = {"name": intern(c.get("name", "")), "restartCount": c.get("restartCount", 0)}
@@ -114,6 +118,16 @@ def trim_child(obj: Mapping[str, Any], keep_spec: bool = False, shared: SharedPa
         out["spec"] = obj.get("spec") or {}
     if "value" in obj:  # PriorityClass keeps its value at the top level
         out["value"] = obj["value"]
+    return out
+
+
+def trim_group(obj: Mapping[str, Any], status_fields: tuple[str, ...]) -> dict:
+    """A gang's group object: its spec (the operator patches it) and the fields of its status that the
+    backend reads (GangBackend.group_status_fields), conditions without their times."""
+    out = trim_child(obj, keep_spec=True)
+    status = obj.get("status") or {}
+    out["status"] = {k: trim_conditions(status[k]) if k == "conditions" and isinstance(status[k], list) else status[k]
+                     for k in status_fields if k in status}
     return out
 
 

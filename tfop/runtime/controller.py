@@ -25,7 +25,7 @@ from tfop.core.settings import Settings
 from tfop.core.transitions import transitions
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
-from tfop.kube.trim import SharedParts, trim_child, trim_job
+from tfop.kube.trim import SharedParts, trim_child, trim_group, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
 from tfop.runtime.informer import Informer, owner_key
@@ -119,10 +119,10 @@ class Controller:
         self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake)
         resource = self.backend.group_resource
         if resource is not None:
-            # Every group of the namespaces, not only labelled ones: the upstream operator's carry no label,
-            # and a job it started must find its group when tfop takes over.
+            # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.
+            read = partial(trim_group, status_fields=self.backend.group_status_fields)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   None, child_changed, keep_spec=True, key_of=owner_key)
+                                   None, child_changed, key_of=owner_key, trim=read)
             self.informers.append(self.groups)
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", [None],
                                    None, self._priority_changed, key_of=lambda obj: None)

@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections import deque
-from functools import partial
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
@@ -55,6 +54,17 @@ def _later_incarnation(kept: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     if a.isdigit() and b.isdigit():
         return int(a) > int(b)
     return bool(_uid(kept) and _uid(obj))  # different uids, versions not comparable: keep what we have
+
+
+def _only_version_moved(kept: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
+    """The new copy equals the one it replaces but for its resourceVersion: nothing a reconcile reads of
+    it changed (the copies are trimmed to what it reads; it reads no resourceVersion of a child), so its
+    job has nothing to look at. A scheduler's counters and condition times, a kubelet's heartbeats."""
+    if before is None or kept.keys() != before.keys():
+        return False
+    meta, was = kept["metadata"], before["metadata"]
+    return (meta.keys() == was.keys() and all(meta[k] == was[k] for k in meta if k != "resourceVersion")
+            and all(kept[k] == before[k] for k in kept if k != "metadata"))
 
 
 def default_key(obj: Mapping[str, Any]) -> JobKey | None:
@@ -143,7 +153,7 @@ class Backoff:
 class Cache:
     """The objects of one kind as last known, by name and by job; the rules that keep it moving forward."""
 
-    def __init__(self, api_version: str, kind: str, on_change: Callable[[JobKey], None], keep_spec: bool = False,
+    def __init__(self, api_version: str, kind: str, on_change: Callable[[JobKey], None],
                  key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
                  on_gone: Callable[[JobKey, str], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
@@ -152,7 +162,7 @@ class Cache:
         self.api_version, self.kind, self.on_change, self.key_of = api_version, kind, on_change, key_of
         self.on_gone = on_gone  # told once of each deleted object: its job's key and its name
         self.on_event = on_event  # told of every change: ("ADDED" | "MODIFIED" | "DELETED", object as kept)
-        self.trim = trim or partial(trim_child, keep_spec=keep_spec)  # or e.g. tfop.kube.trim.keep_whole
+        self.trim = trim or trim_child  # or e.g. tfop.kube.trim.keep_whole, trim_group
         self.clock = clock
         self.objects: dict[Name, dict] = {}
         self.by_job: dict[JobKey, set[Name]] = {}
@@ -167,8 +177,8 @@ class Cache:
 
     # -- writes (from watch events and relists, and from our own API responses) --------
     def upsert(self, obj: Mapping[str, Any], tell: bool = True) -> None:
-        """Keep `obj` if it is newer than what we have; unless told not to (our own create's answer),
-        its job looks at it (on_change)."""
+        """Keep `obj` if it is newer than what we have; unless told not to (our own create's answer), or
+        only its version moved, its job looks at it (on_change)."""
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         current = self.objects.get(name)
@@ -191,7 +201,7 @@ class Cache:
             self.by_job.setdefault(key, set()).add(name)
         if self.on_event is not None:
             self.on_event("ADDED" if current is None else "MODIFIED", kept)
-        if key and tell:
+        if key and tell and not _only_version_moved(kept, current):
             self.on_change(key)
 
     def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:
@@ -278,14 +288,14 @@ class Informer(Cache):
 
     def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
                  namespaces: Iterable[str | None], label_selector: str | None,
-                 on_change: Callable[[JobKey], None], keep_spec: bool = False,
+                 on_change: Callable[[JobKey], None],
                  key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
                  on_gone: Callable[[JobKey, str], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
                  trim: Callable[[Mapping[str, Any]], dict] | None = None,
                  clock: Callable[[], float] = time.monotonic, page_size: int = LIST_PAGE_SIZE,
                  field_selector: str | None = None, optional: bool = False):
-        super().__init__(api_version, kind, on_change, keep_spec=keep_spec, key_of=key_of, on_gone=on_gone,
+        super().__init__(api_version, kind, on_change, key_of=key_of, on_gone=on_gone,
                          on_event=on_event, trim=trim, clock=clock)
         self.client, self.plural, self.label_selector, self.page_size = client, plural, label_selector, page_size
         self.namespaces = list(namespaces)

@@ -20,6 +20,7 @@ class PdbBackend(GangBackend):
     # PodDisruptionBudget is built in: its presence says nothing, so `auto` never picks this.
     crds = ()
     rbac_rules = group_rules(PDB)
+    group_status_fields = ()  # state() reads the pods, not the budget
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
         if job.total_replicas < 2:  # a single pod is its own gang

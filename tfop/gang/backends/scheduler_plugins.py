@@ -30,6 +30,7 @@ class SchedulerPluginsBackend(GangBackend):
     # when nodes join or other jobs' pods go away; without a touch such a gang waits for the
     # scheduler's flush of unschedulable pods (5 minutes) after room appeared.
     retry_touch_seconds = 30
+    group_status_fields = ("phase", *_COUNTS)
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
         return base_object(PODGROUP, job, shape, {"minMember": shape.min_member,
