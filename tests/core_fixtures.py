@@ -179,19 +179,21 @@ def run(job: TFJob, obs: Observed | None = None, now: datetime = NOW, ctx: Conte
 
 
 def assert_settles(job, plan, obs, now, ctx, problems):
-    """A pass that changed only the status, or created children too, leaves nothing for the next pass on
-    what it wrote: the runtime does not look again when its own status write comes back
+    """A pass that changed only the status, or created children or the gang's group too, leaves nothing for
+    the next pass on what it wrote: the runtime does not look again when its own status write comes back
     (JobRecord.take_event), nor for the answers of its own creates (Applier). A pass that had more to
     create than it may at once asks for the next pass itself (requeue_after 0)."""
-    if plan.delete or plan.patch or plan.create_group or plan.delete_job or plan.requeue_after == 0:
-        return  # a created group is looked at again (its status tells what the scheduler made of it)
-    if plan.status is None and not plan.create:
+    if plan.delete or plan.patch or plan.delete_job or plan.requeue_after == 0:
+        return
+    if plan.status is None and not plan.create and plan.create_group is None:
         return
     obs = obs or Observed()
     made = [dict(o, metadata={**o["metadata"], "uid": f"uid-{o['metadata']['name']}"},
-                 **({"status": {"phase": "Pending"}} if o["kind"] == "Pod" else {})) for o in plan.create]
+                 **({"status": {"phase": "Pending"}} if o["kind"] == "Pod" else {}))
+            for o in [*plan.create, *([plan.create_group] if plan.create_group else [])]]
     obs = dataclasses.replace(obs, pods=[*obs.pods, *(o for o in made if o["kind"] == "Pod")],
-                              services=[*obs.services, *(o for o in made if o["kind"] == "Service")])
+                              services=[*obs.services, *(o for o in made if o["kind"] == "Service")],
+                              group=next((o for o in made if o["kind"] not in ("Pod", "Service")), obs.group))
     status = plan.status if plan.status is not None else job.status
     again = reconcile(with_status(job, **status), obs, now + timedelta(seconds=0.5), ctx or context(), problems, ())
     assert (again.status, again.writes, again.events) == (None, 0, []), (plan.status, again)

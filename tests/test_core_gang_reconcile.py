@@ -59,8 +59,9 @@ def group_of(plan_group, phase=None, conditions=None, deleting=False):
 
 
 def desired_group(name, job=None):
+    """The group a pass creates for `job` (as a new job: one timed out already gets none)."""
     job = job or gang_job()
-    return run(job, ctx=ctx(name)).create_group
+    return run(with_status(job), ctx=ctx(name)).create_group
 
 
 def gang_pod(job, rtype, index, name="volcano", generation=0, **state):
@@ -725,3 +726,10 @@ def test_no_message_column_of_a_gang_that_runs():
     plan = run(job, Observed(pods=gang_pods(job), services=all_services(job),
                              group=group_of(desired_group("volcano", job), phase="Running")), ctx=ctx("volcano"))
     assert "reason" not in plan.status["gang"] and plan.status["message"] == last_condition(plan.status)["message"]
+
+
+def test_a_gang_that_times_out_before_its_group_exists_gets_none():
+    """Its group would be created and deleted again (and, its create answer starting no pass, left behind)."""
+    job, obs = _waiting()
+    plan = run(job, replace(obs, group=None), ctx=ctx("volcano"))
+    assert last_condition(plan.status)["type"] == "Failed" and plan.create_group is None

@@ -66,6 +66,7 @@ class Draft:
             self.plan.delete.append(Ref.of(obj, plural))
 
     def delete_group(self, plural: str) -> None:
+        self.plan.create_group = None  # planned earlier in this pass (the gang that timed out): not made at all
         group = self.view.group
         if group is not None and not group["metadata"].get("deletionTimestamp"):
             self.plan.delete.append(Ref.of(group, plural))

@@ -43,7 +43,9 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
         draft.event("Warning", "GangSpecWarning", "; ".join(str(p) for p in warnings))  # once, on the first pass
     shape = compute_shape(view.job, view.obs.priority_values)
     _ensure_group(draft, backend, shape)
-    state = backend.state(view.group, list(view.all_pods))
+    # A group this pass creates is read as created (the scheduler has not seen it yet), so that the
+    # pass after its create settles on it (tests/core_fixtures.assert_settles): its answer starts none.
+    state = backend.state(view.group or draft.plan.create_group, list(view.all_pods))
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state

@@ -71,9 +71,8 @@ class Applier:
                 failure = replace(failure, holder=await self._holder(obj, informer.plural))
             return failure
         # No pass for a child's own answer: the pass that created it settles on it (a job with more to
-        # create asks for the next pass itself; tests/core_fixtures.assert_settles). A group's answer
-        # does start one: the gang's status then says the scheduler has its group to pick up.
-        informer.upsert(created, tell=informer is self.groups)
+        # create asks for the next pass itself; tests/core_fixtures.assert_settles).
+        informer.upsert(created, tell=False)
         return None
 
     async def _holder(self, obj: dict, plural: str) -> dict | None:
