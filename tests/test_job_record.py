@@ -1,4 +1,5 @@
 """JobRecord.normalized: made once per body and status, never served stale."""
+from tfop.runtime import jobs
 from tfop.runtime.jobs import JobRecord
 
 
@@ -39,3 +40,17 @@ def test_a_new_resource_version_alone_or_an_equal_status_reuse_it():
     record.body = job(rv="7")
     record.hold({"conditions": []}, now=0.0)  # equal to the written status
     assert record.normalized() is first
+
+
+
+def test_a_new_status_alone_normalizes_only_the_status(monkeypatch):
+    made, normalize_unstated = [], jobs.normalize_unstated
+    monkeypatch.setattr(jobs, "normalize_unstated", lambda source: made.append(1) or normalize_unstated(source))
+    record = JobRecord(body=job())
+    first = record.normalized()
+    record.hold({"conditions": [{"type": "Created", "status": "True"}], "restartCount": "two"}, now=0.0)
+    again = record.normalized()
+    assert len(made) == 1
+    assert again.job.status["conditions"][0]["type"] == "Created"
+    assert [p.field for p in again.problems] == ["status.restartCount"]
+    assert (again.job.replicas, again.notes) == (first.job.replicas, first.notes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from tfop.api import rules, wellformed
@@ -46,6 +46,16 @@ class Normalized:
     problems: tuple[Problem, ...]
 
 
+@dataclass(frozen=True)
+class Unstated:
+    """A job normalized but for its status (with_status adds it): a pass runs for every event of the
+    job's children and each brings a new status, while the rest of the job rarely changes."""
+    job: TFJob  # its status empty
+    notes: tuple[str, ...]
+    mistyped: tuple[Problem, ...]  # wellformed's, of metadata and spec
+    problems: tuple[Problem, ...]  # the others
+
+
 def authored_version(obj: Mapping[str, Any], operator_manager: str = "tfop") -> str:
     """The API version the user wrote the job in.
 
@@ -71,7 +81,19 @@ def authored_version(obj: Mapping[str, Any], operator_manager: str = "tfop") -> 
     return version if version in SERVED_VERSIONS else "v1"
 
 def normalize(obj: Mapping[str, Any]) -> Normalized:
-    obj, mistyped = wellformed.checked(obj)  # from here on every field read has its type
+    return with_status(normalize_unstated(obj), obj.get("status"))
+
+
+def with_status(unstated: Unstated, status: Any) -> Normalized:
+    """The job with its status, whose mistyped values are problems as the rest's are (in the same order)."""
+    status, mistyped = wellformed.checked_status(status)
+    job = replace(unstated.job, status=status or {})
+    return Normalized(job, unstated.notes, unstated.mistyped + tuple(mistyped) + unstated.problems)
+
+
+def normalize_unstated(obj: Mapping[str, Any]) -> Unstated:
+    """Everything normalize reads but the status (ignored here)."""
+    obj, mistyped = wellformed.checked({k: v for k, v in obj.items() if k != "status"})
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     version = authored_version(obj)
@@ -114,11 +136,10 @@ def normalize(obj: Mapping[str, Any]) -> Normalized:
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         creation_timestamp=meta.get("creationTimestamp"),
-        status=obj.get("status") or {},
     )
     # A mistyped value was dropped: what its absence means below it is no news.
-    problems = mistyped + [p for p in problems if not _under(p.field, mistyped)]
-    return Normalized(job, tuple(notes), tuple(problems))
+    problems = [p for p in problems if not _under(p.field, mistyped)]
+    return Unstated(job, tuple(notes), tuple(mistyped), tuple(problems))
 
 
 def _under(field: str, problems: list[Problem]) -> bool:

@@ -78,6 +78,13 @@ def checked(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[Problem]]:
     return clean, problems
 
 
+def checked_status(status: Any) -> tuple[Any, list[Problem]]:
+    """checked() of a job's status alone (None when absent or not an object)."""
+    problems: list[Problem] = []
+    _, clean = _check(status, TFJOB["status"], "status", problems)
+    return clean, problems
+
+
 def _has_type(value: Any, kind: str) -> bool:
     if kind == STRING:
         return isinstance(value, str)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tfop.api.normalize import Normalized, normalize
+from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status
 from tfop.runtime.versions import later, newer, version_of
 
 JobKey = tuple[str, str]  # (namespace, job name)
@@ -29,8 +29,9 @@ class JobRecord:
     refusals: tuple = ()
     refused_at: datetime | None = None
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
-    # job's pods, and the job itself (its body, or the status held for it) changes far less often.
-    _normalized: tuple[dict, Normalized] | None = field(default=None, repr=False)
+    # job's pods, and the job itself changes far less often than its status (nearly every pass).
+    _unstated: tuple[dict, Unstated] | None = field(default=None, repr=False)
+    _normalized: tuple[Unstated, dict, Normalized] | None = field(default=None, repr=False)
 
     def take_event(self, body: dict) -> bool:
         """The job as its watch saw it; whether a pass should look at it: not when it is our own status
@@ -54,17 +55,19 @@ class JobRecord:
         return self.held or self.body.get("status") or {}
 
     def normalized(self) -> Normalized:
-        """The job normalized with its status(), made anew only when the job's content changed: not for a new
-        resourceVersion alone (each status write brings one), nor for an equal status held anew."""
+        """The job normalized with its status(): all but the status made anew only when it changed (not for
+        a new resourceVersion alone: each status write brings one), the status added only when it changed."""
         source = self._normalizing_source()
-        made = self._normalized
-        if made is None or made[0] != source:
-            made = self._normalized = (source, normalize(source))  # normalize reads no resourceVersion
-        return made[1]
+        if self._unstated is None or self._unstated[0] != source:
+            self._unstated = (source, normalize_unstated(source))  # it reads no resourceVersion
+        unstated, status, made = self._unstated[1], self.status(), self._normalized
+        if made is None or made[0] is not unstated or made[1] != status:
+            made = self._normalized = (unstated, status, with_status(unstated, status))
+        return made[2]
 
     def _normalizing_source(self) -> dict[str, Any]:
         meta = self.body.get("metadata") or {}
-        return {**self.body, "metadata": {**meta, "resourceVersion": ""}, "status": self.status()}
+        return {k: v for k, v in self.body.items() if k != "status"} | {"metadata": {**meta, "resourceVersion": ""}}
 
     def hold(self, status: dict, now: float) -> None:
         if self.held is None:
