@@ -82,3 +82,59 @@ def test_a_burst_of_child_events_is_one_pass_and_a_queued_job_is_not_delayed():
     asyncio.run(main())
     assert [key for key, _ in calls] == ["now", "burst"]
     assert calls[1][1] >= 0.2  # from the first event of the burst
+
+
+
+def _job_runs(steps) -> list[str]:
+    """What ran for "job" (a flush or a reconcile) when one worker is busy with another job until the steps,
+    each (seconds from the start, what it does to the queue), are done: a job's flush falls due at 0.01 s."""
+    ran = []
+
+    async def main():
+        busy = asyncio.Event()
+
+        async def reconcile(key):
+            if key == "job":
+                ran.append("reconcile")
+            else:
+                await busy.wait()
+
+        async def flush(key):
+            ran.append("flush")
+        queue = WorkQueue(reconcile, workers=1, flush=flush)
+        runner = asyncio.create_task(queue.run())
+        queue.add("other")
+        queue.add_flush_after("job", 0.01)
+        loop = asyncio.get_running_loop()
+        for at, step in steps:
+            loop.call_later(at, step, queue)
+        loop.call_later(max((at for at, _ in steps), default=0) + 0.01, busy.set)
+        await asyncio.sleep(0.3)
+        runner.cancel()
+
+    asyncio.run(main())
+    return ran
+
+
+def test_a_flush_due_with_nothing_else_to_do_runs_alone():
+    assert _job_runs([]) == ["flush"]
+
+
+def test_a_flush_asked_again_later_keeps_the_earlier_time_and_runs_once():
+    assert _job_runs([(0.0, lambda queue: queue.add_flush_after("job", 0.1))]) == ["flush"]
+
+
+def test_a_job_queued_for_a_reconcile_before_its_flush_falls_due_is_reconciled_alone():
+    assert _job_runs([(0.0, lambda queue: queue.add("job"))]) == ["reconcile"]
+
+
+def test_a_change_after_a_queued_flush_turns_it_into_a_reconcile():
+    assert _job_runs([(0.03, lambda queue: queue.add("job"))]) == ["reconcile"]
+
+
+def test_a_child_event_after_a_queued_flush_still_gets_its_reconcile():
+    assert _job_runs([(0.03, lambda queue: queue.add_soon("job", 0.1))]) == ["flush", "reconcile"]
+
+
+def test_a_forgotten_job_is_not_flushed():
+    assert _job_runs([(0.0, lambda queue: queue.forget("job"))]) == []
