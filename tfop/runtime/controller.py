@@ -68,19 +68,6 @@ def passed(metrics: Metrics, key: JobKey, outcome: str, took: float) -> None:
                    "duration_ms": round(took * 1000, 1)})
 
 
-def reconciled_here(record: JobRecord | None) -> bool:
-    """Not gone, not going, and managed by this operator (runPolicy.managedBy)."""
-    if record is None or record.body["metadata"].get("deletionTimestamp"):
-        return False
-    return (((record.body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or "") in OUR_MANAGERS
-
-
-async def flush_held(key: JobKey, record: JobRecord | None, statuses: StatusWriter) -> None:
-    """A held status fallen due with nothing new to read: written as the last pass decided it, no pass."""
-    if reconciled_here(record):
-        await statuses.write(key, record, None)
-
-
 class RetryLater(Exception):
     """Writes failed for a reason a later pass may not meet (a timeout, an RBAC rule being added)."""
 
@@ -106,14 +93,13 @@ class Controller:
         self.jobs: dict[JobKey, JobRecord] = {}
         # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
         self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests,
-                               on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc,
-                               flush=lambda key: flush_held(key, self.jobs.get(key), self.statuses))
+                               on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
         self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
         self.synced, self.watches = asyncio.Event(), {}  # watches: name -> its informer's task
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         self._watch_children(list(settings.namespaces) or [None])
         self.applier = Applier(client, self.call, self.pods, self.services, self.groups)
-        self.statuses = StatusWriter(client, self.call, self.queue.add_flush_after)
+        self.statuses = StatusWriter(client, self.call, self.queue.add_after)
 
     def _watch_children(self, namespaces: list[str | None]) -> None:
         selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
@@ -240,7 +226,10 @@ class Controller:
     async def _pass(self, key: JobKey) -> str:
         """What the pass did: skipped (not ours, or going), unchanged, or applied."""
         record = self.jobs.get(key)
-        if not reconciled_here(record):
+        if record is None or record.body["metadata"].get("deletionTimestamp"):
+            return "skipped"
+        managed_by = ((record.body.get("spec") or {}).get("runPolicy") or {}).get("managedBy") or ""
+        if managed_by not in OUR_MANAGERS:
             return "skipped"
         before = record.status()
         normalized = record.normalized()

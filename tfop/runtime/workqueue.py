@@ -3,9 +3,7 @@
 Ten pod events for one job while it waits become one reconcile; an event
 that arrives during a reconcile makes it run once more afterwards. Failures
 are retried with a per-job exponential backoff, so one bad job never stalls
-the others. A job may also be queued for a flush alone (add_flush_after: the
-write of what its last reconcile decided and held back), which any other
-reason to look at the job, queued before it runs, turns into a reconcile.
+the others.
 """
 from __future__ import annotations
 
@@ -25,12 +23,8 @@ MAX_DOUBLINGS = 20
 class WorkQueue:
     def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
-                 on_retry: Callable[[], None] | None = None,
-                 flush: Callable[[Hashable], Awaitable[None]] | None = None):
+                 on_retry: Callable[[], None] | None = None):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
-        self.flush = flush or handler
-        self._flush_only: set = set()  # queued keys that are due a flush and nothing else
-        self._flush_timers: dict = {}
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
         self._added: dict = {}  # key -> monotonic time it was queued
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -43,7 +37,6 @@ class WorkQueue:
         self.idle.set()
 
     def add(self, key: Hashable) -> None:
-        self._flush_only.discard(key)  # a reconcile writes what a flush would
         if key in self._running:
             self._dirty.add(key)
         elif key not in self._pending:
@@ -56,7 +49,7 @@ class WorkQueue:
         """Reconcile `key` within `delay` seconds, together with whatever else arrives meanwhile: the
         events of a job's children come in bursts (a gang's pods bound in one cycle, then each Running),
         and one pass reads them all. Nothing to do when the key already waits its turn."""
-        if key not in self._pending or key in self._flush_only:
+        if key not in self._pending:
             self.add_after(key, delay)
 
     def add_after(self, key: Hashable, delay: float) -> None:
@@ -74,31 +67,10 @@ class WorkQueue:
         self._timers.pop(key, None)
         self.add(key)
 
-    def add_flush_after(self, key: Hashable, delay: float) -> None:
-        """Flush `key` in `delay` seconds (the earliest request wins), unless it is reconciled by then."""
-        loop = asyncio.get_running_loop()
-        timer = self._flush_timers.get(key)
-        if timer is not None and timer.when() <= loop.time() + delay:
-            return
+    def forget(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        self._flush_timers[key] = loop.call_at(loop.time() + delay, self._fire_flush, key)
-
-    def _fire_flush(self, key: Hashable) -> None:
-        self._flush_timers.pop(key, None)
-        if key in self._pending:
-            return  # queued already, for a flush or a reconcile (which flushes too)
-        if key in self._running:
-            self._dirty.add(key)
-            return
-        self.add(key)
-        self._flush_only.add(key)
-
-    def forget(self, key: Hashable) -> None:
-        for timers in (self._timers, self._flush_timers):
-            timer = timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
         self._failures.pop(key, None)
 
     def longest_running(self) -> tuple[Hashable, float] | None:
@@ -128,15 +100,13 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._pending.discard(key)
-            handler = self.flush if key in self._flush_only else self.handler
-            self._flush_only.discard(key)
             started = self._running[key] = time.monotonic()
             queued = self._added.pop(key, started)
             if self.on_wait is not None:
                 self.on_wait(started - queued)
             failed = False
             try:
-                await handler(key)
+                await self.handler(key)
                 self._failures.pop(key, None)
             except asyncio.CancelledError:
                 raise
