@@ -39,7 +39,8 @@ from tfop.kube.client import Credentials, KubeClient
 
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
                    "scheduler-plugins": ["default", "coscheduling"]}
-ROWS = ("raw", "tfop", "upstream default", "upstream tuned")
+RAW_ROWS = ("raw", "raw+tfjob")  # rows with no operator: a client creates what an operator would
+ROWS = ("raw", "raw+tfjob", "tfop", "upstream default", "upstream tuned")
 PLURALS = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
 
 
@@ -180,7 +181,7 @@ class Bench:
         return pods, Census(clocks, expected)
 
     def new_namespace(self, label: str) -> str:
-        ns = f"bench-{label.replace(' ', '-')}-{self.run_id}"
+        ns = f"bench-{re.sub(r'[^a-z0-9]+', '-', label)}-{self.run_id}"
         self.cluster.kubectl("create", "namespace", ns)
         print(f"[bench] {label}: namespace {ns}", flush=True)
         return ns
@@ -198,7 +199,7 @@ class Bench:
     async def start_operator(self, admin: Admin, label: str, ns: str):
         """The operator under test, started and idle; None for the raw row."""
         gang = gang_name(self.args.gang)
-        if label == "raw":
+        if label in RAW_ROWS:
             return None
         if label == "tfop":
             # A job over the operator's default bound (--max-pods-per-job) is refused, as documented.
@@ -224,7 +225,7 @@ class Bench:
     async def row(self, admin: Admin, label: str) -> dict:
         ns = self.new_namespace(label)
         jobs = [tfjob(f"job-{i:05d}", ns, self.replicas) for i in range(self.args.jobs)]
-        rendered = self.render(jobs) if label == "raw" else None
+        rendered = self.render(jobs) if label in RAW_ROWS else None
         operator = await self.start_operator(admin, label, ns)
         try:
             clock, census = self.clocks(admin.client, ns, len(jobs))
@@ -267,7 +268,9 @@ class Bench:
         t0 = time.monotonic()
         raw_cpu = None
         if rendered is not None:
-            sent, raw_cpu = await submit_raw_threaded(kubeconfig, rendered, self.args.connections)
+            with_jobs = {j["metadata"]["name"]: j for j in jobs} if label == "raw+tfjob" else None
+            sent, raw_cpu = await submit_raw_threaded(kubeconfig, rendered, self.args.connections, with_jobs,
+                                                      self.cluster.kubeconfig)
         else:
             sent = await submit_tfjobs(admin.client, jobs)
         submitted = time.monotonic()
@@ -579,7 +582,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--nodes", type=int, default=0, help="kwok nodes (default: enough for one row at 500 pods/node)")
     ap.add_argument("--gang", choices=list(GANG_SCHEDULERS), default="none")
     ap.add_argument("--against", default="raw,upstream",
-                    help="references besides tfop: raw, upstream (both rows), upstream-default, upstream-tuned")
+                    help="references besides tfop: raw, raw-tfjob (the raw client also creating the TFJob and "
+                         "writing its status twice), upstream (both rows), upstream-default, upstream-tuned")
     ap.add_argument("--single", type=int, default=0, metavar="N",
                     help="instead of the burst: N jobs one at a time, the latency of each (0: off)")
     ap.add_argument("--scheduler-qps", type=int, default=5000,
@@ -605,7 +609,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def row_labels(against: str) -> list[str]:
     against_set = {a.strip() for a in against.split(",") if a.strip()}
-    rows = (["raw"] if "raw" in against_set else []) + ["tfop"]
+    rows = (["raw"] if "raw" in against_set else []) + (["raw+tfjob"] if "raw-tfjob" in against_set else [])
+    rows.append("tfop")
     if "upstream" in against_set or "upstream-default" in against_set:
         rows.append("upstream default")
     if "upstream" in against_set or "upstream-tuned" in against_set:
@@ -677,6 +682,8 @@ def write_results(out: Path, stem: str, meta: dict, results: list[dict]) -> None
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows = row_labels(args.against)
+    if args.single and "raw+tfjob" in rows:
+        raise SystemExit("--against raw-tfjob is a burst row: it cannot go with --single")
     comps = ["kubernetes", "etcd", "kwok"] + (["volcano"] if args.gang == "volcano" else []) + \
         (["scheduler-plugins"] if args.gang == "scheduler-plugins" else [])
     if any(r.startswith("upstream") for r in rows):

@@ -1,4 +1,4 @@
-"""A tiny run of the benchmark (e2e/bench.py): raw client and tfop, 3 jobs."""
+"""A tiny run of the benchmark (e2e/bench.py): raw client (alone, and creating the TFJobs too) and tfop, 3 jobs."""
 from __future__ import annotations
 
 import json
@@ -13,12 +13,12 @@ pytestmark = pytest.mark.cluster
 def test_bench_smoke(cluster, tmp_path):
     # A cluster of its own: the apiserver's request counters are cluster-wide, and the session
     # cluster is busy deleting other tests' namespaces. (`cluster` only makes sure binaries exist.)
-    rc = bench.main(["--jobs", "3", "--against", "raw", "--nodes", "1", "--pprof",
+    rc = bench.main(["--jobs", "3", "--against", "raw,raw-tfjob", "--nodes", "1", "--pprof",
                      "--out", str(tmp_path), "--timeout", "120", "--name", "smoke"])
     assert rc == 0
     data = json.loads((tmp_path / "smoke.json").read_text())
     rows = {r["row"]: r for r in data["rows"]}
-    assert set(rows) == {"raw", "tfop"}
+    assert set(rows) == {"raw", "raw+tfjob", "tfop"}
     # The benchmark's cluster raises the client QPS of the scheduler and the controller manager
     # (read back from their /configz), and each row's deletion is over before the next row starts.
     clients = data["meta"]["scheduler_clients"]
@@ -34,6 +34,9 @@ def test_bench_smoke(cluster, tmp_path):
     # (core Events are cluster-wide too: a node controller's RegisteredNode may land in the window)
     assert {k: v for k, v in rows["raw"]["writes_by"].items() if not k.endswith(" events")} == {
         "POST pods": 15, "POST services": 15}
+    # raw+tfjob: the TFJobs (the submitter's, as in tfop's row), their objects, two status writes each
+    assert {k: v for k, v in rows["raw+tfjob"]["writes_by"].items() if not k.endswith(" events")} == {
+        "POST pods": 15, "POST services": 15, "PATCH tfjobs/status": 6}
     tfop = rows["tfop"]
     assert tfop["writes_by"]["POST pods"] == 15 and tfop["writes_by"]["POST services"] == 15
     assert tfop["writes_per_job"] <= objects + 2
@@ -52,4 +55,4 @@ def test_bench_smoke(cluster, tmp_path):
     assert rows["raw"]["control_plane_profile"]["kube-apiserver"]["custom resource creates"] == 0
     assert not list((tmp_path / "logs").glob("pprof-*.[0-9]*.pb.gz"))  # the slices went into the merge
     md = (tmp_path / "smoke.md").read_text()
-    assert "| raw |" in md and "| tfop |" in md
+    assert "| raw |" in md and "| raw+tfjob |" in md and "| tfop |" in md
