@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import (Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
+from e2e.bench_lib import (PLURALS, Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
                            free_port, operator_passes, operator_requests, other_writes, per_job, proc_stats,
                            scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw, submit_raw_threaded,
                            submit_tfjobs, throttled, until)
@@ -41,7 +41,6 @@ GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
                    "scheduler-plugins": ["default", "coscheduling"]}
 RAW_ROWS = ("raw", "raw+tfjob")  # rows with no operator: a client creates what an operator would
 ROWS = ("raw", "raw+tfjob", "tfop", "upstream default", "upstream tuned")
-PLURALS = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
 
 
 def parse_replicas(text: str) -> dict[str, int]:

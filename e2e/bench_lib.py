@@ -299,13 +299,13 @@ async def submit_tfjobs(client: KubeClient, jobs: list[dict], limit: int = 128) 
     return sent
 
 
-RAW_PLURALS = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
+PLURALS = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
 
 
 async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]], limit: int = 128) -> dict[str, float]:
     """The raw client: per job, the group object first, then its pods and services together;
     all jobs at once."""
-    plural = RAW_PLURALS
+    plural = PLURALS
     sent: dict[str, float] = {}
     sem = asyncio.Semaphore(limit)  # the request timeout must not count the wait for a connection
 
@@ -343,8 +343,8 @@ async def submit_raw_with_tfjobs(client: KubeClient, submitter: KubeClient, rend
                  "controller": True, "blockOwnerDeletion": True}
         owned = [{**o, "metadata": {**o["metadata"], "ownerReferences": [owner]}} for o in objects]
         for group in [o for o in owned if o["kind"] == "PodGroup"]:
-            await call(client.create, group, RAW_PLURALS[group["kind"]])
-        await asyncio.gather(*(call(client.create, o, RAW_PLURALS[o["kind"]])
+            await call(client.create, group, PLURALS[group["kind"]])
+        await asyncio.gather(*(call(client.create, o, PLURALS[o["kind"]])
                                for o in owned if o["kind"] != "PodGroup"))
         for status in raw_statuses(jobs[name], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())):
             await call(client.merge_patch, job["apiVersion"], "tfjobs", meta["namespace"], meta["name"],
