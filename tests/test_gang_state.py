@@ -134,6 +134,26 @@ SCHEDULER_PLUGINS.append(  # only echoes: the cause was on a pod retried since; 
                explained=False)))
 
 
+SIBLINGS = ("0/4 nodes are available: pre-filter pod tf-job-ps-0 cannot find enough sibling pods, current pods "
+            "number: 4, minMember of group: 5.")
+ARRIVING = f"PodGroup is Pending; 1/5 pods unschedulable: {SIBLINGS}"
+SCHEDULER_PLUGINS += [  # seen on the real scheduler: its cache one pod behind the gang's creates
+    # every member exists: an ordinary step, no reason of its own
+    (dict(group("Pending"), spec={"minMember": 5}), [pod(SIBLINGS)] + [pod()] * 4,
+     GangState(True, "Pending", "", ARRIVING)),
+    # a member is missing (or going): the scheduler is right to say so
+    (dict(group("Pending"), spec={"minMember": 5}), [pod(SIBLINGS)] + [pod()] * 3,
+     GangState(True, "Pending", "Unschedulable", f"PodGroup is Pending; 1/4 pods unschedulable: {SIBLINGS}")),
+    (dict(group("Pending"), spec={"minMember": 5}),
+     [pod(SIBLINGS)] + [pod()] * 3 + [dict(pod(), metadata={"deletionTimestamp": "2024-05-01T11:00:00Z"})],
+     GangState(True, "Pending", "Unschedulable", ARRIVING)),
+    # a sibling says why it does not fit: that is the gang's reason
+    (dict(group("Pending"), spec={"minMember": 5}), [pod(SIBLINGS), pod(NO_FIT)] + [pod()] * 3,
+     GangState(True, "Pending", "Unschedulable",
+               f"PodGroup is Pending; 2/5 pods unschedulable: {NO_FIT} (and 1 other reason)")),
+]
+
+
 @pytest.mark.parametrize("observed,pods,expected", SCHEDULER_PLUGINS)
 def test_scheduler_plugins_state(observed, pods, expected):
     assert SchedulerPluginsBackend().state(observed, pods) == expected

@@ -82,14 +82,18 @@ def phase_of(group: Mapping[str, Any] | None) -> str:
 
 
 def with_pods(admitted: bool, phase: str, reason: str, message: str, pods: list[Mapping[str, Any]],
-              echoes: tuple[str, ...] = (), fallback: str = "", echoes_are_progress: bool = False) -> GangState:
+              echoes: tuple[str, ...] = (), fallback: str = "", echoes_are_progress: bool = False,
+              steps: tuple[str, ...] = ()) -> GangState:
     """Join the group's own verdict with the pods' PodScheduled messages; `fallback` is the reason
     when neither says anything (a scheduler's complaint about the pods outranks it). With
-    `echoes_are_progress`, pods that only echo the group's state give no reason of their own."""
-    pod_reason, pod_message = pending_reason(pods, echoes)
+    `echoes_are_progress`, pods that only echo the group's state give no reason of their own; nor do
+    pods whose message is one of `steps` (an ordinary step towards starting), unless a sibling's
+    message says something else."""
+    pod_reason, pod_message = pending_reason(pods, echoes + steps)
     messages = [m for m in (message, pod_message) if m]
-    echoed = bool(pod_message) and any(e in pod_message.split(": ", 1)[-1] for e in echoes)
-    if echoed and echoes_are_progress:
+    said = pod_message.split(": ", 1)[-1]
+    echoed = bool(pod_message) and any(e in said for e in echoes)
+    if (echoed and echoes_are_progress) or any(step in said for step in steps):
         pod_reason = ""
     return GangState(admitted=admitted, phase=phase, reason=reason or pod_reason or fallback, explained=not echoed,
                      message="; ".join(messages))

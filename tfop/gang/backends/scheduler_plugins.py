@@ -15,6 +15,10 @@ _COUNTS = ("scheduled", "running", "succeeded", "failed")
 # What Coscheduling writes on the members it rejects because a sibling did not fit
 # (waitingPod.Reject in PostFilter and Unreserve): the sibling's message says why.
 REJECTION_ECHOES = ("rejection in PostFilter", "rejection in Unreserve")
+# What its PreFilter writes on a member while it knows fewer of the gang's pods than minMember. Once
+# every member exists, its cache has yet to catch up (it retries the member when the next sibling
+# arrives): an ordinary step, which waits with the gang's progress instead of being written at once.
+SIBLINGS_ARRIVING = "cannot find enough sibling pods"
 
 
 class SchedulerPluginsBackend(GangBackend):
@@ -47,4 +51,11 @@ class SchedulerPluginsBackend(GangBackend):
         counts = [f"{status[k]} {k}" for k in _COUNTS if status.get(k)]
         if message and counts:
             message += f" ({', '.join(counts)})"
-        return with_pods(True, phase, "", message, pods, REJECTION_ECHOES)
+        arriving = (SIBLINGS_ARRIVING,) if _every_member_exists(group, pods) else ()
+        return with_pods(True, phase, "", message, pods, REJECTION_ECHOES, steps=arriving)
+
+
+def _every_member_exists(group, pods) -> bool:
+    min_member = ((group or {}).get("spec") or {}).get("minMember")
+    live = sum(1 for pod in pods if not (pod.get("metadata") or {}).get("deletionTimestamp"))
+    return isinstance(min_member, int) and live >= min_member
