@@ -40,7 +40,6 @@ from tfop.kube.client import Credentials, KubeClient
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
                    "scheduler-plugins": ["default", "coscheduling"]}
 RAW_ROWS = ("raw", "raw+tfjob")  # rows with no operator: a client creates what an operator would
-ROWS = ("raw", "raw+tfjob", "tfop", "upstream default", "upstream tuned")
 
 
 def parse_replicas(text: str) -> dict[str, int]:
@@ -501,8 +500,8 @@ def writes_cell(r: dict, J: int) -> str:
 
 TABLE_HEAD = ["row", "wall s", "objects s", "pods/s", "p50 s", "p95 s", "p99 s", "writes/job", "writes/job by resource",
               "events/job", "429s/job", "CPU s", "CPU ms/job", "peak RSS MB", "apiserver CPU s",
-              "apiserver CPU ms/job", "etcd CPU s", "all CPU s", "machine busy", "restart idle s", "restart writes", "× raw wall",
-              "upstream default ÷ row"]
+              "apiserver CPU ms/job", "etcd CPU s", "all CPU s", "machine busy", "restart idle s", "restart writes",
+              "× raw wall", "upstream default ÷ row"]
 
 
 def table(results: list[dict], J: int) -> str:
