@@ -19,6 +19,7 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 
@@ -302,24 +303,24 @@ async def submit_tfjobs(client: KubeClient, jobs: list[dict], limit: int = 128) 
 PLURALS = {"Pod": "pods", "Service": "services", "PodGroup": "podgroups"}
 
 
+async def create_group_first(objects: list[dict], create: Callable[[dict], Awaitable[Any]]) -> None:
+    """A job's objects in an operator's order: the group object first, then its pods and services together."""
+    for group in [o for o in objects if o["kind"] == "PodGroup"]:
+        await create(group)
+    await asyncio.gather(*(create(o) for o in objects if o["kind"] != "PodGroup"))
+
+
 async def submit_raw(client: KubeClient, rendered: dict[str, list[dict]], limit: int = 128) -> dict[str, float]:
-    """The raw client: per job, the group object first, then its pods and services together;
-    all jobs at once."""
-    plural = PLURALS
+    """The raw client: each job's objects as create_group_first orders them; all jobs at once."""
     sent: dict[str, float] = {}
     sem = asyncio.Semaphore(limit)  # the request timeout must not count the wait for a connection
 
     async def create(obj: dict) -> None:
         async with sem:
             sent.setdefault(obj["metadata"]["labels"][LABEL_JOB], time.monotonic())
-            await client.create(obj, plural[obj["kind"]])
+            await client.create(obj, PLURALS[obj["kind"]])
 
-    async def one(name: str, objects: list[dict]) -> None:
-        for g in [o for o in objects if o["kind"] == "PodGroup"]:
-            await create(g)
-        await asyncio.gather(*(create(o) for o in objects if o["kind"] != "PodGroup"))
-
-    await asyncio.gather(*(one(n, objs) for n, objs in rendered.items()))
+    await asyncio.gather(*(create_group_first(objs, create) for objs in rendered.values()))
     return sent
 
 
@@ -342,10 +343,7 @@ async def submit_raw_with_tfjobs(client: KubeClient, submitter: KubeClient, rend
         owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"], "uid": meta["uid"],
                  "controller": True, "blockOwnerDeletion": True}
         owned = [{**o, "metadata": {**o["metadata"], "ownerReferences": [owner]}} for o in objects]
-        for group in [o for o in owned if o["kind"] == "PodGroup"]:
-            await call(client.create, group, PLURALS[group["kind"]])
-        await asyncio.gather(*(call(client.create, o, PLURALS[o["kind"]])
-                               for o in owned if o["kind"] != "PodGroup"))
+        await create_group_first(owned, lambda obj: call(client.create, obj, PLURALS[obj["kind"]]))
         for status in raw_statuses(jobs[name], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())):
             await call(client.merge_patch, job["apiVersion"], "tfjobs", meta["namespace"], meta["name"],
                        {"status": status}, subresource="status")

@@ -42,7 +42,6 @@ def test_a_new_resource_version_alone_or_an_equal_status_reuse_it():
     assert record.normalized() is first
 
 
-
 def test_a_new_status_alone_normalizes_only_the_status(monkeypatch):
     made, normalize_unstated = [], jobs.normalize_unstated
     monkeypatch.setattr(jobs, "normalize_unstated", lambda source: made.append(1) or normalize_unstated(source))
