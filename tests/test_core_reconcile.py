@@ -136,7 +136,9 @@ def test_status(desc, replicas, extra, overrides, last, counts):
     for rtype, (active, succeeded, failed) in counts.items():
         got = plan.status["replicaStatuses"][rtype]
         assert (got["active"], got["succeeded"], got["failed"]) == (active, succeeded, failed)
-    assert plan.status["tfReplicaStatuses"] == plan.status["replicaStatuses"]
+    assert plan.status["tfReplicaStatuses"] == {  # v1alpha2's shape: the counters only
+        rtype: {k: got[k] for k in ("active", "succeeded", "failed")}
+        for rtype, got in plan.status["replicaStatuses"].items()}
     if last[0] in ("Succeeded", "Failed"):
         assert plan.status["completionTime"] == NOW_S
         assert plan.create == []
@@ -713,6 +715,27 @@ def test_finished_job_keeps_its_succeeded_indexes_as_written():
     assert "succeededIndexes" not in written
     plan = run(with_status(job, **written), observed(job, phase="Succeeded"))
     assert plan.status is None
+
+
+# (description, finished, whether the pass writes the status): tfReplicaStatuses as older tfop wrote it
+# (the selectors too) is rewritten with the counters only while the job runs, kept once it finished.
+LEGACY_TABLE = [
+    ("running job: rewritten", False, True),
+    ("finished job: kept as written, no write", True, False),
+]
+
+
+@pytest.mark.parametrize("desc,finished,writes", LEGACY_TABLE, ids=[r[0] for r in LEGACY_TABLE])
+def test_legacy_replica_statuses_of_older_tfop(desc, finished, writes):
+    job = model(tfjob({"PS": 1, "Worker": 2}))
+    extra = (cond(S.SUCCEEDED),) if finished else ()
+    job = with_status(job, **running_status(ago(3600), *extra))
+    settled = run(job, observed(job, phase="Succeeded" if finished else "Running")).status
+    old = {**settled, "tfReplicaStatuses": settled["replicaStatuses"]}
+    plan = run(with_status(job, **old), observed(job, phase="Succeeded" if finished else "Running"))
+    assert (plan.status is not None) is writes
+    if writes:
+        assert plan.status["tfReplicaStatuses"]["Worker"] == {"active": 2, "succeeded": 0, "failed": 0}
 
 
 def _gang_ctx():

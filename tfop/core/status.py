@@ -8,9 +8,10 @@ from tfop.core.draft import Draft
 from tfop.core.pending import with_headline
 from tfop.core.indexes import format_indexes
 from tfop.core.summary import summary_event
-from tfop.core.view import SUCCEEDED_INDEXES
+from tfop.core.view import SUCCEEDED_INDEXES, JobView
 
 COUNTERS = ("active", "succeeded", "failed")
+LEGACY_STATUSES = "tfReplicaStatuses"
 UNCOMPARED = "lastReconcileTime"  # changes every pass; a write for it alone would be a wasted write
 
 
@@ -28,7 +29,7 @@ def finalize(draft: Draft) -> None:
     status = draft.status
     status["conditions"] = draft.conditions
     status["replicaStatuses"] = replica_statuses
-    status["tfReplicaStatuses"] = replica_statuses
+    status[LEGACY_STATUSES] = _legacy_statuses(view, replica_statuses)
     status["ready"] = f"{view.ready()}/{view.job.total_replicas}"
     with_headline(status)
     _remember_succeeded(draft)
@@ -76,6 +77,16 @@ def _counters(draft: Draft, rtype: str) -> dict[str, int]:
     if draft.is_true(conditions.SUCCEEDED):
         counts["succeeded"], counts["active"] = counts["succeeded"] + counts["active"], 0
     return counts
+
+
+def _legacy_statuses(view: JobView, replica_statuses: dict) -> dict:
+    """v1alpha2's name for replicaStatuses, with its three counters only: the selectors again would add
+    a third to every status the apiserver decodes, checks and stores. A finished job keeps what it was
+    last written with (older tfop wrote the selectors there too): an upgrade rewrites no finished job."""
+    recorded = view.job.status.get(LEGACY_STATUSES)
+    if recorded is not None and conditions.is_finished(list(view.job.status.get("conditions") or [])):
+        return recorded
+    return {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
 
 
 def _without(status) -> dict:

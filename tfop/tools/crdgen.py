@@ -350,8 +350,11 @@ def _status_schema(conv: _Converter) -> dict:
         "Pod counts per replica type, keyed by replica type.")
     rs_status["properties"]["labelSelector"] = label_selector
     legacy_statuses = copy.deepcopy(replica_statuses)
-    legacy_statuses["description"] = ("Same as replicaStatuses, under the name read by "
+    legacy_statuses["description"] = ("The counters of replicaStatuses, under the name read by "
                                       "kubeflow.org/v1alpha2 clients.")
+    legacy_props = legacy_statuses["additionalProperties"]["properties"]
+    for selector in ("labelSelector", "selector"):
+        del legacy_props[selector]
 
     condition = _d("One observed state of the job.", {
         "type": "object",
