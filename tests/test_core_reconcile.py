@@ -717,25 +717,28 @@ def test_finished_job_keeps_its_succeeded_indexes_as_written():
     assert plan.status is None
 
 
-# (description, finished, whether the pass writes the status): tfReplicaStatuses as older tfop wrote it
-# (the selectors too) is rewritten with the counters only while the job runs, kept once it finished.
+# (description, job finished, a worker failed since, the status written): tfReplicaStatuses as older tfop
+# wrote it (the selectors too) stays while its counters are right; once they change, the counters only.
 LEGACY_TABLE = [
-    ("running job: rewritten", False, True),
-    ("finished job: kept as written, no write", True, False),
+    ("running job, same counts: kept, no write", False, False, None),
+    ("finished job: kept, no write", True, False, None),
+    ("running job, a worker failed since: the counters only", False, True,
+     {"active": 1, "succeeded": 0, "failed": 1}),
 ]
 
 
-@pytest.mark.parametrize("desc,finished,writes", LEGACY_TABLE, ids=[r[0] for r in LEGACY_TABLE])
-def test_legacy_replica_statuses_of_older_tfop(desc, finished, writes):
-    job = model(tfjob({"PS": 1, "Worker": 2}))
+@pytest.mark.parametrize("desc,finished,failed,written", LEGACY_TABLE, ids=[r[0] for r in LEGACY_TABLE])
+def test_legacy_replica_statuses_of_older_tfop(desc, finished, failed, written):
+    job = model(tfjob({"PS": 1, "Worker": rspec(replicas=2, restart_policy="Never")},
+                      **({"enableDynamicWorker": True} if failed else {})))
     extra = (cond(S.SUCCEEDED),) if finished else ()
     job = with_status(job, **running_status(ago(3600), *extra))
-    settled = run(job, observed(job, phase="Succeeded" if finished else "Running")).status
-    old = {**settled, "tfReplicaStatuses": settled["replicaStatuses"]}
-    plan = run(with_status(job, **old), observed(job, phase="Succeeded" if finished else "Running"))
-    assert (plan.status is not None) is writes
-    if writes:
-        assert plan.status["tfReplicaStatuses"]["Worker"] == {"active": 2, "succeeded": 0, "failed": 0}
+    phase = "Succeeded" if finished else "Running"
+    settled = run(job, observed(job, phase=phase)).status
+    old = with_status(job, **{**settled, "tfReplicaStatuses": settled["replicaStatuses"]})
+    plan = run(old, observed(job, phase=phase, **({"worker_1": {"phase": "Failed", "exit_code": 1}} if failed else {})))
+    got = plan.status and plan.status["tfReplicaStatuses"]
+    assert (got and got["Worker"]) == written
 
 
 def _gang_ctx():

@@ -81,12 +81,14 @@ def _counters(draft: Draft, rtype: str) -> dict[str, int]:
 
 def _legacy_statuses(view: JobView, replica_statuses: dict) -> dict:
     """v1alpha2's name for replicaStatuses, with its three counters only: the selectors again would add
-    a third to every status the apiserver decodes, checks and stores. A finished job keeps what it was
-    last written with (older tfop wrote the selectors there too): an upgrade rewrites no finished job."""
-    recorded = view.job.status.get(LEGACY_STATUSES)
-    if recorded is not None and conditions.is_finished(list(view.job.status.get("conditions") or [])):
+    a third to every status the apiserver decodes, checks and stores. What older tfop wrote there (the
+    selectors too) stays while its counters are right: an upgrade alone writes no job."""
+    fresh = {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
+    recorded = view.job.status.get(LEGACY_STATUSES) or {}
+    if recorded.keys() == fresh.keys() and all(
+            {k: (recorded[rtype] or {}).get(k) for k in COUNTERS} == counts for rtype, counts in fresh.items()):
         return recorded
-    return {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
+    return fresh
 
 
 def _without(status) -> dict:
