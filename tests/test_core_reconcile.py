@@ -736,7 +736,8 @@ def test_legacy_replica_statuses_of_older_tfop(desc, finished, failed, written):
     phase = "Succeeded" if finished else "Running"
     settled = run(job, observed(job, phase=phase)).status
     old = with_status(job, **{**settled, "tfReplicaStatuses": settled["replicaStatuses"]})
-    plan = run(old, observed(job, phase=phase, **({"worker_1": {"phase": "Failed", "exit_code": 1}} if failed else {})))
+    failure = {"worker_1": {"phase": "Failed", "exit_code": 1}} if failed else {}
+    plan = run(old, observed(job, phase=phase, **failure))
     got = plan.status and plan.status["tfReplicaStatuses"]
     assert (got and got["Worker"]) == written
 

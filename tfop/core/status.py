@@ -80,8 +80,8 @@ def _counters(draft: Draft, rtype: str) -> dict[str, int]:
 
 
 def _legacy_statuses(view: JobView, replica_statuses: dict) -> dict:
-    """v1alpha2's name for replicaStatuses, with its three counters only: the selectors again would add
-    a third to every status the apiserver decodes, checks and stores. What older tfop wrote there (the
+    """v1alpha2's name for replicaStatuses, with the three counters its clients read: the selectors again
+    added a third to the stored job and to each of its watch events. What older tfop wrote there (the
     selectors too) stays while its counters are right: an upgrade alone writes no job."""
     fresh = {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
     recorded = view.job.status.get(LEGACY_STATUSES) or {}
