@@ -85,10 +85,8 @@ def _legacy_statuses(view: JobView, replica_statuses: dict) -> dict:
     selectors too) stays while its counters are right: an upgrade alone writes no job."""
     fresh = {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
     recorded = view.job.status.get(LEGACY_STATUSES) or {}
-    if recorded.keys() == fresh.keys() and all(
-            {k: (recorded[rtype] or {}).get(k) for k in COUNTERS} == counts for rtype, counts in fresh.items()):
-        return recorded
-    return fresh
+    recorded_counts = {rtype: {k: (kept or {}).get(k) for k in COUNTERS} for rtype, kept in recorded.items()}
+    return recorded if recorded_counts == fresh else fresh
 
 
 def _without(status) -> dict:

@@ -252,17 +252,17 @@ def _replica_specs(template) -> dict:
                   "x-kubernetes-validations": _validations(REPLICA_SPECS)})
 
 
-def _replica_statuses(description):
+def _replica_statuses(description: str, **more: dict) -> dict:
+    """Per replica type, its pod counts and `more` properties."""
     status = _d("Pod counts of one replica type.", {
         "type": "object",
         "properties": {
             "active": _int32("Pods pending or running."),
             "succeeded": _int32("Pods that succeeded."),
             "failed": _int32("Pods that failed."),
-            "labelSelector": None,  # filled in below
-            "selector": _str("Label selector of these pods, in string form."),
+            **more,
         }})
-    return status, _d(description, {"type": "object", "additionalProperties": status})
+    return _d(description, {"type": "object", "additionalProperties": status})
 
 
 def tfjob_schema(conv: _Converter) -> dict:
@@ -346,15 +346,11 @@ def _status_schema(conv: _Converter) -> dict:
     label_selector = conv.ref(f"{_DEFS_PREFIX}.apis.meta.v1.LabelSelector")
     label_selector["description"] = "Label selector of these pods."
 
-    rs_status, replica_statuses = _replica_statuses(
-        "Pod counts per replica type, keyed by replica type.")
-    rs_status["properties"]["labelSelector"] = label_selector
-    legacy_statuses = copy.deepcopy(replica_statuses)
-    legacy_statuses["description"] = ("The counters of replicaStatuses, under the name read by "
-                                      "kubeflow.org/v1alpha2 clients.")
-    legacy_props = legacy_statuses["additionalProperties"]["properties"]
-    for selector in ("labelSelector", "selector"):
-        del legacy_props[selector]
+    replica_statuses = _replica_statuses(
+        "Pod counts per replica type, keyed by replica type.", labelSelector=label_selector,
+        selector=_str("Label selector of these pods, in string form."))
+    legacy_statuses = _replica_statuses(
+        "The counters of replicaStatuses, under the name read by kubeflow.org/v1alpha2 clients.")
 
     condition = _d("One observed state of the job.", {
         "type": "object",
