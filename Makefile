@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit build install clean
+.PHONY: demo test unit build install host-packages clean
 
 $(BIN)/tfop: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,13 +13,17 @@ $(BIN)/tfop: setup.cfg pyproject.toml
 
 install: $(BIN)/tfop
 
+## Debian packages of the real node (containerd, runc, CNI plugins, debootstrap): apt-get as root.
+host-packages: install
+	$(BIN)/python -m e2e.host_packages
+
 ## Build the local control plane (first time: minutes; cached after), run the demo.
-demo: install
+demo: host-packages
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.demo
 
 ## Unit tests and real-cluster tests together.
-test: install
+test: host-packages
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m pytest
 

@@ -1,9 +1,10 @@
 """Build the e2e control-plane binaries from pinned Go modules.
 
 Each component is a tiny Go module under e2e/components/<name>/ whose go.mod
-pins the upstream release (via `tool` directives). Binaries go to a cache
-directory outside the repo, keyed by a hash of go.mod+go.sum, so a second run
-builds nothing.
+pins the upstream release (via `tool` directives, or a main package of its own
+in the component dir, package path "."). Binaries go to a cache directory
+outside the repo, keyed by a hash of go.mod, go.sum and any *.go files there, so
+a second run builds nothing.
 
     python -m e2e.build [--components kubernetes,etcd,...] [--force]
 """
@@ -28,16 +29,20 @@ except ImportError:  # non-POSIX: no cross-process build lock
 
 COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
 
-# component -> {binary name: Go package path}. Order = build order (the
-# kubernetes build warms the Go build cache that the schedulers reuse).
+# component -> {binary name: Go package path}; "." is the main package in the
+# component dir. Order = build order (the kubernetes build warms the Go build
+# cache that the schedulers reuse).
 COMPONENTS: dict[str, dict[str, str]] = {
     "kubernetes": {
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     },
     "etcd": {"etcd": "go.etcd.io/etcd/server/v3"},
+    # Cluster DNS of the real nodes: CoreDNS with only the plugins they use (main.go).
+    "coredns": {"coredns": "."},
     "kwok": {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     "scheduler-plugins": {
         "scheduler-plugins-scheduler": "sigs.k8s.io/scheduler-plugins/cmd/scheduler",
@@ -57,7 +62,10 @@ COMPONENTS: dict[str, dict[str, str]] = {
     # Lints and renders charts/tfop in tests/test_install_paths.py and e2e/tests/test_install.py.
     "helm": {"helm": "helm.sh/helm/v3/cmd/helm"},
 }
-DEFAULT_COMPONENTS = ["kubernetes", "etcd", "kwok", "scheduler-plugins", "volcano", "koordinator"]
+# What real (kubelet) nodes need besides kubernetes (its kubelet) and etcd.
+REAL_NODE_COMPONENTS = ["coredns"]
+DEFAULT_COMPONENTS = ["kubernetes", "etcd", *REAL_NODE_COMPONENTS, "kwok", "scheduler-plugins", "volcano",
+                      "koordinator"]
 
 BINARY_COMPONENT = {b: c for c, bins in COMPONENTS.items() for b in bins}
 
@@ -87,6 +95,9 @@ def component_key(name: str) -> str:
         p = COMPONENTS_DIR / name / f
         h.update(f.encode() + b"\0")
         h.update(p.read_bytes() if p.exists() else b"")
+    # Sources of a main package of its own; none in the tool-only components, whose keys stay as they were.
+    for p in sorted((COMPONENTS_DIR / name).glob("*.go")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
     stamp = _version_stamp(name)
     if stamp:  # only then: the keys (cache dirs) of the other components stay as they were
         h.update(b"ldflags\0" + stamp.encode())

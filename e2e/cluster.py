@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import build, kwok_stages, pki
+from e2e import build, kwok_stages, pki, realnode
 
 ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the default set
 # Opt-in: YuniKorn's web port (9080) is fixed, so only one YuniKorn cluster per machine; Volcano's
@@ -70,7 +70,14 @@ SERVICE_CIDR = "10.0.0.0/24"
 # On top of the apiserver's default plugins. OwnerReferencesPermissionEnforcement (on in
 # OpenShift): setting blockOwnerDeletion on a child needs `update` on its owner's finalizers,
 # so every test proves the operator's ClusterRole grants it.
-EXTRA_ADMISSION_PLUGINS = ("OwnerReferencesPermissionEnforcement",)
+# NodeRestriction (on in every real cluster): a kubelet writes only its own Node and its pods.
+EXTRA_ADMISSION_PLUGINS = ("OwnerReferencesPermissionEnforcement", "NodeRestriction")
+# The apiserver's identity towards kubelets (logs, exec), allowed by the kubelets' webhook
+# authorization through this binding, as kubeadm sets it up.
+KUBELET_API_CLIENT = "kube-apiserver-kubelet-client"
+# A probe instead of an HTTP health URL: containerd answers on its socket.
+CONTAINERD_PROBE = "probe:containerd"
+REAL_NODE_COMPONENTS = ("containerd", "coredns", "kubelet")
 # DIR/AUDIT_LOG: one JSON line per request of a ServiceAccount (Metadata level: who, verb,
 # object, response code), so a test can compare what the operator did with what its role grants.
 AUDIT_LOG = "audit.log"
@@ -106,6 +113,10 @@ tiers:
 
 class ClusterError(RuntimeError):
     pass
+
+
+class RealNodeUnavailable(ClusterError):
+    """This machine cannot run a real node; the message says why in one line."""
 
 
 def default_dir() -> Path:
@@ -178,9 +189,12 @@ class Cluster:
     @classmethod
     def up(cls, dir: Path | str | None = None, *, gpu_nodes: int = 4, gpus_per_node: int = 1,
            schedulers: tuple[str, ...] | list[str] = ALL_SCHEDULERS, build_missing: bool = True,
-           stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None) -> "Cluster":
+           stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None,
+           real_nodes: int = 0, node_images: tuple[str, ...] = ("tf",)) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter.
+        real_nodes (0 or 1): a node backed by a real kubelet and containerd (e2e.realnode),
+        with the e2e.images `node_images` (and the pause image) imported into its containerd.
         scheduler_qps: the client QPS (burst twice that) of kube-scheduler, the
         scheduler-plugins scheduler and controller, and kube-controller-manager instead
         of their defaults (50, burst 100; the scheduler-plugins controller 5, burst 10;
@@ -190,11 +204,16 @@ class Cluster:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
         if "volcano-webhook" in schedulers and "volcano" not in schedulers:
             raise ClusterError("volcano-webhook needs volcano (its CRDs and open queues)")
+        if real_nodes not in (0, 1):
+            raise ClusterError(f"real_nodes={real_nodes}: one real node per machine (its bridge, cgroups and "
+                               f"port {realnode.KUBELET_PORT} are the machine's)")
+        if real_nodes and (reason := realnode.unavailable_reason()):
+            raise RealNodeUnavailable(reason)
         c = cls(Path(dir) if dir else default_dir())
         if any(c.alive_components().values()):
             raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
         if build_missing:
-            build.ensure(components_for(schedulers))
+            build.ensure(components_for(schedulers) + (["coredns"] if real_nodes else []))
         c._stop_on_exit = stop_on_exit
         if stop_on_exit:
             atexit.register(c.down)
@@ -202,6 +221,8 @@ class Cluster:
         for attempt in (1, 2):
             try:
                 c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps)
+                if real_nodes:
+                    c._start_real_node(tuple(node_images), timeout)
                 return c
             except ClusterError as e:
                 c.down(keep_dir=True)  # keep logs/ for a post-mortem
@@ -224,6 +245,8 @@ class Cluster:
                 pass
         self._procs.clear()
         self.state["pids"] = {}
+        if self._owns_real_node():
+            realnode.teardown()
         if keep_dir or not self.dir.exists():
             return
         # Only delete what we created (the dir may be user-chosen). TFOP_E2E_KEEP_LOGS=1 keeps the
@@ -412,7 +435,8 @@ class Cluster:
         ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
                                           "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
                                           "volcano_metrics", "volcano_healthz", "volcano_webhook",
-                                          "koord", "kueue_webhook", "kueue_metrics", "kueue_health")}
+                                          "koord", "kueue_webhook", "kueue_metrics", "kueue_health",
+                                          "kubelet_healthz", "coredns_health", "coredns_ready")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
                       "next_node": 0, "scheduler_qps": scheduler_qps}
@@ -442,6 +466,12 @@ class Cluster:
             "--service-account-key-file", pk / "sa.pub",
             "--service-account-signing-key-file", pk / "sa.key",
             "--service-cluster-ip-range", SERVICE_CIDR, "--allow-privileged=true",
+            # To kubelets (logs, exec) as a real cluster does: a client cert of our CA, their
+            # serving certs checked against it, at the node's InternalIP.
+            "--kubelet-client-certificate", pk / f"{KUBELET_API_CLIENT}.crt",
+            "--kubelet-client-key", pk / f"{KUBELET_API_CLIENT}.key",
+            "--kubelet-certificate-authority", pk / "ca.crt",
+            "--kubelet-preferred-address-types", "InternalIP",
             # No real network: don't publish a loopback address as the
             # `kubernetes` Service endpoint (validation rejects it anyway).
             "--endpoint-reconciler-type", "none",
@@ -693,6 +723,71 @@ class Cluster:
             "--port", "0"], health=f"https://127.0.0.1:{port}/healthz")
         self._wait_healthy("koord-scheduler", timeout)
 
+    def _start_real_node(self, node_images: tuple[str, ...], timeout: float) -> None:
+        """containerd, CoreDNS and a kubelet on this machine (e2e.realnode): a Ready node whose
+        pods really run. Stale host state of a crashed run is removed first."""
+        from e2e import images
+
+        paths = realnode.PATHS
+        self._claim_real_node(paths)
+        built = images.ensure(["pause", *node_images])
+        self.state["node_images"] = {name: image.ref for name, image in built.items()}
+        self.state["real_nodes"] = [realnode.NODE_NAME]
+        self._save()
+        pk, kc = self.pki, self.dir / "kubeconfigs"
+        node = realnode.NODE_NAME
+        pki.make_cert(pk, "kubelet-client", f"/O=system:nodes/CN=system:node:{node}")
+        pki.make_cert(pk, "kubelet", f"/CN={node}", server_sans=[f"IP:{realnode.NODE_IP}", f"DNS:{node}"])
+        pki.make_cert(pk, "coredns", "/O=system:masters/CN=tfop-e2e-coredns")
+        for name, cert in (("kubelet", "kubelet-client"), ("coredns", "coredns")):
+            (kc / f"{name}.kubeconfig").write_text(_kubeconfig(self.server, pk / "ca.crt", {
+                "client-certificate": str(pk / f"{cert}.crt"), "client-key": str(pk / f"{cert}.key")}))
+        self.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": KUBELET_API_CLIENT},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "system:kubelet-api-admin"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                  "name": KUBELET_API_CLIENT}]})
+        ports = self.state["ports"]
+        realnode.prepare_host(paths, built["pause"].ref, kc / "coredns.kubeconfig", ports, pk)
+        self._spawn("containerd", ["containerd", "--config", paths.containerd_config], health=CONTAINERD_PROBE)
+        self._wait_healthy("containerd", timeout)
+        for image in built.values():
+            t0 = time.monotonic()
+            realnode.import_image(paths, image.archive, image.ref)
+            print(f"[e2e.cluster] image {image.ref} in containerd ({time.monotonic() - t0:.1f}s)", flush=True)
+        self._spawn("coredns", [build.binary("coredns"), "-conf", paths.corefile],
+                    health=f"http://127.0.0.1:{ports['coredns_ready']}/ready")
+        self._wait_healthy("coredns", timeout)
+        self._spawn("kubelet", realnode.kubelet_command(build.binary("kubelet"), paths, kc / "kubelet.kubeconfig"),
+                    health=f"http://127.0.0.1:{ports['kubelet_healthz']}/healthz")
+        self._wait_healthy("kubelet", timeout)
+        self._wait(f"node {node} Ready", lambda: self._node_ready(node), timeout, "kubelet")
+
+    def _claim_real_node(self, paths: "realnode.Paths") -> None:
+        """One real-node cluster per machine: refuse while another one runs, clean up after one
+        that crashed, then record this cluster as the owner."""
+        if paths.owner.exists():
+            other = Cluster(Path(paths.owner.read_text().strip()))
+            if other.dir != self.dir and any(other.alive_components().get(n) for n in REAL_NODE_COMPONENTS):
+                raise ClusterError(f"a real-node cluster already runs in {other.dir} (one per machine): "
+                                   f"`python -m e2e.cluster down --dir {other.dir}` first")
+        realnode.teardown(paths)
+        paths.root.mkdir(parents=True, exist_ok=True)
+        paths.owner.write_text(str(self.dir))
+
+    def _owns_real_node(self) -> bool:
+        owner = realnode.PATHS.owner
+        return bool(self.state.get("real_nodes")) or (owner.exists() and Path(owner.read_text().strip()) == self.dir)
+
+    def node_image(self, name: str) -> str:
+        """The reference of an e2e.images image imported into the real node's containerd."""
+        try:
+            return self.state["node_images"][name]
+        except KeyError:
+            raise ClusterError(f"no image {name!r} on this cluster's real node; it has "
+                               f"{sorted(self.state.get('node_images', {}))}") from None
+
     def open_volcano_queue(self, name: str) -> None:
         """Mark a Volcano Queue Open. vc-controller-manager normally does this;
         we don't run it, and the scheduler allocates nothing in a queue whose
@@ -739,6 +834,7 @@ class Cluster:
             "koordinator": "/O=system:masters/CN=tfop-e2e-koordinator",
             "kueue": "/O=system:masters/CN=tfop-e2e-kueue",
         }
+        pki.make_cert(d, KUBELET_API_CLIENT, f"/CN={KUBELET_API_CLIENT}")
         for name, subj in idents.items():
             pki.make_cert(d, name, subj)
             kc = self.kubeconfig if name == "admin" else self.dir / "kubeconfigs" / f"{name}.kubeconfig"
@@ -777,6 +873,9 @@ class Cluster:
         rec = self.state["components"][name]
         if rec["health"] == VOLCANO_WEBHOOK_PROBE:
             self._wait("volcano-webhook denying an invalid pod", self._volcano_webhook_denies, timeout, name)
+        elif rec["health"] == CONTAINERD_PROBE:
+            self._wait("containerd answering on its socket", lambda: realnode.containerd_ready(realnode.PATHS),
+                       timeout, name)
         else:
             self._wait_http(name, rec["health"], timeout, admin=rec["admin"])
 
@@ -972,6 +1071,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedulers", default=",".join(ALL_SCHEDULERS),
                     help="comma-separated, from: " + ",".join(KNOWN_SCHEDULERS))
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--real-nodes", type=int, default=0, choices=(0, 1),
+                    help="a node backed by a real kubelet and containerd (root, overlayfs)")
+    ap.add_argument("--node-images", default="tf", help="e2e.images imported into the real node (pause always)")
     a = ap.parse_args(argv)
     d = Path(a.dir) if a.dir else default_dir()
     try:
@@ -979,7 +1081,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             c = Cluster.up(d, gpu_nodes=a.gpu_nodes, gpus_per_node=a.gpus_per_node,
                            schedulers=[s for s in a.schedulers.split(",") if s],
-                           stop_on_exit=False, timeout=a.timeout)
+                           stop_on_exit=False, timeout=a.timeout, real_nodes=a.real_nodes,
+                           node_images=tuple(n for n in a.node_images.split(",") if n))
             print(f"cluster up in {time.monotonic() - t0:.1f}s: {c.server}")
             print(f"logs: {c.logs}")
             print(f"kubeconfig: {c.kubeconfig}")

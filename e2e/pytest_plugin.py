@@ -9,6 +9,12 @@ built kubectl against the cluster as admin). Mark tests with
 one module only (e.g. with Volcano's cluster-wide admission webhook), under the
 same skip/fail rules.
 
+`real_cluster` (session) is a cluster of its own with a real node (e2e.realnode:
+kubelet, containerd, CoreDNS; the TensorFlow image imported), Volcano and
+scheduler-plugins, and no GPU nodes; mark its tests `@pytest.mark.realnode`
+(and `cluster`). Where this machine cannot run a real node the tests are skipped
+with the one-line reason, and fail under CI=true.
+
 Environment: CI=true turns every start-up problem (no Go, build failure,
 component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
 (default "default,coscheduling,volcano,koordinator";
@@ -30,10 +36,13 @@ import uuid
 import pytest
 
 from e2e import build
-from e2e.cluster import ALL_SCHEDULERS, Cluster, components_for
+from e2e.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None
+_real_cluster: Cluster | None = None
+_real_error: str | None = None
+REAL_CLUSTER_SCHEDULERS = ("default", "coscheduling", "volcano")
 
 
 def _in_ci() -> bool:
@@ -42,13 +51,15 @@ def _in_ci() -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
+    config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.realnode; root)")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    global _session_cluster
-    if _session_cluster is not None:
-        _session_cluster.down()
-        _session_cluster = None
+    global _session_cluster, _real_cluster
+    for c in (_session_cluster, _real_cluster):
+        if c is not None:
+            c.down()
+    _session_cluster = _real_cluster = None
 
 
 def _get_cluster(tmp_dir) -> Cluster:
@@ -100,6 +111,46 @@ def cluster(tmp_path_factory) -> Cluster:
     return _get_cluster(tmp_path_factory.mktemp("e2e-cluster"))
 
 
+def real_node_unavailable(reason: str):
+    """Skip with the reason; under CI a missing privilege or binary is a failure."""
+    msg = f"real nodes cannot run here: {reason}"
+    if _in_ci():
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory) -> Cluster:
+    global _real_cluster, _real_error
+    if _real_cluster is None:
+        if _real_error is not None:
+            pytest.fail(_real_error, pytrace=False)
+        _skip_without_binaries(REAL_CLUSTER_SCHEDULERS)
+        try:
+            _real_cluster = Cluster.up(tmp_path_factory.mktemp("e2e-real-cluster"),
+                                       schedulers=list(REAL_CLUSTER_SCHEDULERS), gpu_nodes=0, real_nodes=1)
+        except RealNodeUnavailable as e:
+            real_node_unavailable(str(e))
+        except Exception as e:  # a failure, in CI and outside: the harness is broken
+            _real_error = f"e2e real-node cluster failed to start: {e}"
+            pytest.fail(_real_error, pytrace=False)
+    return _real_cluster
+
+
+def stop_real_cluster() -> None:
+    """Stop the session's real-node cluster (one per machine), for a test that starts its own;
+    the next test that asks for `real_cluster` starts it again."""
+    global _real_cluster
+    if _real_cluster is not None:
+        _real_cluster.down()
+        _real_cluster = None
+
+
+@pytest.fixture
+def real_namespace(real_cluster, request) -> str:
+    yield from _fresh_namespace(real_cluster, request)
+
+
 class Kubectl:
     """`kubectl(*args)` -> CompletedProcess (raises on failure unless check=False);
     `kubectl.json(*args)` -> parsed `-o json` output."""
@@ -123,6 +174,10 @@ def kubectl(cluster) -> Kubectl:
 
 @pytest.fixture
 def namespace(cluster, request) -> str:
+    yield from _fresh_namespace(cluster, request)
+
+
+def _fresh_namespace(cluster: Cluster, request):
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", name)
