@@ -5,6 +5,7 @@ client creating the same objects) and the upstream Go training-operator.
     python -m e2e.bench [--jobs 400] [--replicas 1ps+4w] [--nodes N]
                         [--gang none|volcano|scheduler-plugins]
                         [--against raw,upstream] [--out DIR] [--dir CLUSTER_DIR]
+    python -m e2e.bench --training 10 [--out DIR]   # real TensorFlow on the real node (e2e.bench_training)
 
 Rows, one after another in fresh namespaces of one cluster: raw, tfop,
 upstream default, upstream tuned. See e2e/BENCHMARK.md for the method.
@@ -584,6 +585,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "writing its status twice), upstream (both rows), upstream-default, upstream-tuned")
     ap.add_argument("--single", type=int, default=0, metavar="N",
                     help="instead of the burst: N jobs one at a time, the latency of each (0: off)")
+    ap.add_argument("--training", type=int, default=0, metavar="N",
+                    help="instead: N TFJobs that really train on a real node, per row (tfop and upstream, gang off "
+                         "and Volcano): apply -> all pods Running -> first training step (e2e/bench_training.py)")
     ap.add_argument("--scheduler-qps", type=int, default=5000,
                     help="client QPS (burst twice that) of kube-scheduler, the scheduler-plugins scheduler and "
                          "kube-controller-manager of a new cluster; 0: their defaults (50/100, 20/30)")
@@ -679,6 +683,11 @@ def write_results(out: Path, stem: str, meta: dict, results: list[dict]) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.training:
+        from e2e import bench_training
+
+        command = "python -m e2e.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+        return bench_training.run(args.training, Path(args.out), args.name, command)
     rows = row_labels(args.against)
     if args.single and "raw+tfjob" in rows:
         raise SystemExit("--against raw-tfjob is a burst row: it cannot go with --single")

@@ -4,7 +4,11 @@ A real local control plane with 4 GPUs (2 nodes x 2), tfop deployed from
 `tfop manifests` (CRDs, RBAC) and run with its own ServiceAccount; the seed's
 job (1 PS + 4 workers x 2 GPUs) is submitted verbatim, first to an operator
 without gang scheduling, then to one with gang scheduling (Coscheduling by default); then 4 GPUs are
-added. Prints the pods side by side, then tears everything down.
+added. Prints the pods side by side. Where this machine can run a real node
+(e2e.realnode: root, containerd), it ends with a gang-scheduled TFJob that really
+trains TensorFlow there and prints the chief's last log lines and the time from
+`kubectl apply` to the first training step; elsewhere it says why. Then it tears
+everything down.
 
     python -m e2e.demo [--dir DIR] [--gang-scheduler-name scheduler-plugins|volcano]
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from e2e import realnode, training
 from e2e.cluster import Cluster
 from e2e.tfop_operator import OperatorProcess
 
@@ -97,9 +102,41 @@ def submit(cluster: Cluster, namespace: str, job: dict) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(path))
 
 
+def train_for_real(cluster: Cluster, gang: str) -> None:
+    """A Chief + 2 workers MultiWorkerMirroredStrategy job, gang-scheduled, on the real node."""
+    cluster.kubectl("create", "namespace", "training")
+    cluster.apply(training.workload_configmap("training"))
+    operator = OperatorProcess(cluster, ["training"], gang_scheduler_name=gang).start()
+    image, args = cluster.node_image("tf"), ["--steps", "50"]
+    job = training.tfjob("mnist-like", {"Chief": training.replica(image, 1, args),
+                                        "Worker": training.replica(image, 2, args)})
+    path = Path(cluster.dir) / "training-job.yaml"
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    say(f"a TFJob that really trains: Chief + 2 workers, MultiWorkerMirroredStrategy, gang ({gang}), "
+        "TensorFlow 2.20 CPU on the real node; kubectl apply")
+    applied = time.time()
+    cluster.kubectl("apply", "-n", "training", "-f", str(path))
+    wait_for("the training job to finish", lambda: cluster.kubectl(
+        "get", "tfjob", "mnist-like", "-n", "training", "-o",
+        "jsonpath={.status.conditions[?(@.status=='True')].type}").stdout.split()[-1:] in (["Succeeded"], ["Failed"]),
+        timeout=300)
+    operator.stop()
+    log = cluster.kubectl("logs", "-n", "training", "mnist-like-chief-0").stdout
+    progress = training.parse_progress(log)
+    print()
+    print("\n".join(f"  {line}" for line in log.splitlines()[-6:]))
+    print(cluster.kubectl("get", "tfjob", "-n", "training").stdout)
+    if progress.first_step_time:
+        say(f"kubectl apply -> first training step: {progress.first_step_time - applied:.1f} s; "
+            f"final loss {progress.final_loss}")
+
+
 def run(directory: Path, gang: str) -> None:
-    say("starting the local control plane (etcd, kube-apiserver, controller-manager, schedulers, kwok)")
-    cluster = Cluster.up(directory, gpu_nodes=2, gpus_per_node=2, schedulers=["default", "coscheduling", "volcano"])
+    why_not_real = realnode.unavailable_reason()
+    say("starting the local control plane (etcd, kube-apiserver, controller-manager, schedulers, kwok"
+        + (")" if why_not_real else ", a real node: kubelet, containerd, CoreDNS)"))
+    cluster = Cluster.up(directory, gpu_nodes=2, gpus_per_node=2, schedulers=["default", "coscheduling", "volcano"],
+                         real_nodes=0 if why_not_real else 1)
     try:
         job = seed_job()
         say(f"cluster up: 2 fake nodes x 2 nvidia.com/gpu; seed job {job['metadata']['name']}: "
@@ -141,6 +178,10 @@ def run(directory: Path, gang: str) -> None:
             print(f"While it waited, `kubectl describe tfjob` said: gang {gang_state.get('group')} "
                   f"{gang_state.get('phase', '')}: {gang_state.get('message', '')}")
         print(cluster.kubectl("get", "tfjob", "-n", "with-gang").stdout)
+        if why_not_real:
+            say(f"no real training here: real nodes cannot run on this machine ({why_not_real})")
+        else:
+            train_for_real(cluster, gang)
     finally:
         say("tearing down")
         cluster.down()
