@@ -5,8 +5,9 @@
 One cluster with a real node (e2e.realnode) and Volcano; four operators side by side, each in its
 namespace: tfop and upstream training-operator v1.9.3, each with gang scheduling off and with
 Volcano. The same TFJob (Chief + 2 workers, MultiWorkerMirroredStrategy, e2e/workloads/train.py)
-goes to each row in turn, one job at a time on the whole machine, N rounds, rows interleaved so
-that drift of the machine falls on every row alike. Times:
+goes to each row in turn, one job at a time on the whole machine, N rounds. Rows are interleaved,
+and each round starts one row further on, so that the machine's drift and the node's clean-up after
+the previous job (a job follows the end of another row's) fall on every row alike. Times:
 - Running: from just before `kubectl apply` starts to the watch event that shows the last of the
   job's pods Running;
 - first step: to the chief's `first-step` line (train.py stamps it with the host's clock);
@@ -34,6 +35,8 @@ ROWS = (("tfop", "none"), ("upstream", "none"), ("tfop", "volcano"), ("upstream"
 JOB_ARGS = ["--steps", "30", "--target-loss", "0.05"]
 POD_COUNT = 3
 JOB_TIMEOUT = 300
+# After a job's pods are gone from the API, the kubelet still tears down their sandboxes for a while.
+SETTLE_SECONDS = 3
 
 
 def namespace_of(operator: str, gang: str) -> str:
@@ -97,6 +100,7 @@ def run_job(cluster: Cluster, namespace: str, name: str, image: str, workdir: Pa
     chief = parse_progress(cluster.kubectl("logs", "-n", namespace, f"{name}-chief-0", check=False).stdout)
     cluster.kubectl("delete", "tfjob", name, "-n", namespace, "--wait=true", timeout=120)
     wait_no_pods(cluster, namespace)
+    time.sleep(SETTLE_SECONDS)
     return {"outcome": outcome or "timed out",
             "running_s": round(watch.at - applied, 3) if watch.at else None,
             "first_step_s": round(chief.first_step_time - applied, 3) if chief.first_step_time else None,
@@ -166,7 +170,7 @@ def run(rounds: int, out: Path, name: str | None, command: str) -> int:
         for operator, gang in ROWS:
             run_job(cluster, namespace_of(operator, gang), "warm-up", image, directory)
         for i in range(rounds):
-            for operator, gang in ROWS:
+            for operator, gang in ROWS[i % len(ROWS):] + ROWS[:i % len(ROWS)]:
                 sample = run_job(cluster, namespace_of(operator, gang), f"train-{i}", image, directory)
                 samples[f"{operator}/{gang}"].append(sample)
                 print(f"[bench] round {i + 1}/{rounds} {operator:8s} gang {gang:8s} {sample}", flush=True)

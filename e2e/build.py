@@ -12,6 +12,7 @@ a second run builds nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 try:
     import fcntl
@@ -154,22 +156,28 @@ def _heartbeat(label: str, start: float, stop: threading.Event) -> None:
         print(f"  ... {label} still building ({time.monotonic() - start:.0f}s)", flush=True)
 
 
+@contextlib.contextmanager
+def one_builder(lock_path: Path, label: str) -> Iterator[None]:
+    """Several pytest sessions or engineers may build the same thing at once: one builds, the
+    others wait for it here and then find the result cached."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        if fcntl is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"{label}: another process is building it; waiting", flush=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_component(name: str, force: bool = False) -> tuple[Path, float | None]:
     """Build one component; returns (bin dir, seconds or None when cached)."""
     out = bin_dir(name)
     if is_built(name) and not force:
         print(f"[e2e.build] {name}: cached in {out}", flush=True)
         return out, None
-    # Several pytest sessions / engineers may build at once: one builds, the
-    # others wait for it and then find the result cached.
-    cache_root().mkdir(parents=True, exist_ok=True)
-    with open(cache_root() / f".{name}.lock", "w") as lock:
-        if fcntl is not None:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"[e2e.build] {name}: another process is building it; waiting", flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+    with one_builder(cache_root() / f".{name}.lock", f"[e2e.build] {name}"):
         if is_built(name) and not force:
             print(f"[e2e.build] {name}: cached in {out}", flush=True)
             return out, None

@@ -108,7 +108,7 @@ def train_for_real(cluster: Cluster, gang: str) -> None:
     cluster.apply(training.workload_configmap("training"))
     operator = OperatorProcess(cluster, ["training"], gang_scheduler_name=gang).start()
     image, args = cluster.node_image("tf"), ["--steps", "50"]
-    job = training.tfjob("mnist-like", {"Chief": training.replica(image, 1, args),
+    job = training.tfjob("linear-regression", {"Chief": training.replica(image, 1, args),
                                         "Worker": training.replica(image, 2, args)})
     path = Path(cluster.dir) / "training-job.yaml"
     path.write_text(yaml.safe_dump(job, sort_keys=False))
@@ -117,11 +117,11 @@ def train_for_real(cluster: Cluster, gang: str) -> None:
     applied = time.time()
     cluster.kubectl("apply", "-n", "training", "-f", str(path))
     wait_for("the training job to finish", lambda: cluster.kubectl(
-        "get", "tfjob", "mnist-like", "-n", "training", "-o",
+        "get", "tfjob", "linear-regression", "-n", "training", "-o",
         "jsonpath={.status.conditions[?(@.status=='True')].type}").stdout.split()[-1:] in (["Succeeded"], ["Failed"]),
         timeout=300)
     operator.stop()
-    log = cluster.kubectl("logs", "-n", "training", "mnist-like-chief-0").stdout
+    log = cluster.kubectl("logs", "-n", "training", "linear-regression-chief-0").stdout
     progress = training.parse_progress(log)
     print()
     print("\n".join(f"  {line}" for line in log.splitlines()[-6:]))

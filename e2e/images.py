@@ -37,11 +37,6 @@ from typing import BinaryIO, Iterator
 
 from e2e import build
 
-try:
-    import fcntl
-except ImportError:  # non-POSIX: no cross-process build lock
-    fcntl = None
-
 # Part of every key: changing how archives or layers are made must not reuse old archives.
 FORMAT_VERSION = "1"
 REGISTRY = "tfop.local"
@@ -169,15 +164,7 @@ def _ensure_one(name: str, force: bool) -> tuple[Image, float | None]:
     if img.archive.is_file() and not force:
         print(f"[e2e.images] {name}: cached {img.ref}", flush=True)
         return img, None
-    # Concurrent sessions: one builds, the others wait and then find it cached.
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / f".{name}.lock", "w") as lock:
-        if fcntl is not None:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"[e2e.images] {name}: another process is building it; waiting", flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+    with build.one_builder(cache_dir() / f".{name}.lock", f"[e2e.images] {name}"):
         if img.archive.is_file() and not force:
             print(f"[e2e.images] {name}: cached {img.ref}", flush=True)
             return img, None

@@ -129,7 +129,7 @@ def unavailable_reason() -> str | None:
         return f"real nodes need cgroups mounted at {CGROUP_FS}"
     with socket.socket() as s:
         try:
-            s.bind(("0.0.0.0", KUBELET_PORT))
+            s.bind(("127.0.0.1", KUBELET_PORT))
         except OSError:
             return f"port {KUBELET_PORT} (the kubelet's) is taken: is another kubelet running on this machine?"
     return None
