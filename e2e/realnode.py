@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 HOST_ROOT = Path("/var/lib/tfop-e2e-node")  # fixed: one real-node cluster per machine
 NODE_NAME = "tfop-node-0"
 BRIDGE = "tfop0"
@@ -265,8 +267,6 @@ def prepare_host(paths: Paths, pause_ref: str, coredns_kubeconfig: Path, ports: 
     (paths.cni_conf_dir / "10-tfop-e2e.conflist").write_text(json.dumps(cni_config(paths), indent=1))
     (paths.root / "resolv.conf").write_text(f"nameserver {NODE_IP}\n")
     paths.corefile.write_text(corefile(coredns_kubeconfig, ports["coredns_health"], ports["coredns_ready"]))
-    import yaml
-
     paths.kubelet_config.write_text(yaml.safe_dump(kubelet_config(paths, pki, ports["kubelet_healthz"])))
     if not paths.sysctls.exists():  # after a crash, the file still holds the values from before
         paths.sysctls.write_text(json.dumps({k: _read_sysctl(k) for k in KUBELET_SYSCTLS}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from e2e import realnode
-from e2e.tests.lifecycle_helpers import Env, phase
+from e2e.tests.lifecycle_helpers import Env, active, phase
 from e2e.training import parse_progress
 
 # A TF pod's first step comes after `import tensorflow` (4-6 s) and its peers: a job of 3-4 pods on
@@ -44,7 +44,7 @@ def wait_finished(env: Env, name: str, timeout: float = TRAIN_SECONDS) -> dict:
 
 
 def running(env: Env, job: str, count: int) -> list[dict] | None:
-    pods = [p for p in env.pods(job) if not p["metadata"].get("deletionTimestamp")]
+    pods = active(env.pods(job))
     return pods if len(pods) == count and all(phase(p) == "Running" for p in pods) else None
 
 

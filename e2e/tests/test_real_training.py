@@ -11,12 +11,12 @@ from __future__ import annotations
 import calendar
 import json
 import time
-import urllib.request
 
 import pytest
 
 from e2e.cluster import free_port
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, phase
+from e2e.tests.test_metrics import scrape
 from e2e.tests.realnode_helpers import (TRAIN_SECONDS, describe_pods, logs, progress, running, sigkill_process,
                                         wait_finished)
 from e2e.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
@@ -219,11 +219,3 @@ def test_gang_too_big_for_the_real_node_waits_then_starts_when_room_is_freed(env
 def pod_created(pod: dict) -> float:
     return calendar.timegm(time.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
 
-
-def scrape(port: int) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
