@@ -36,7 +36,8 @@ from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Clus
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
-from tfop.kube.client import Credentials, KubeClient
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
 
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
                    "scheduler-plugins": ["default", "coscheduling"]}

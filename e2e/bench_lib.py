@@ -24,7 +24,8 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from tfop.api.constants import LABEL_JOB
-from tfop.kube.client import ApiError, Credentials, KubeClient
+from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.credentials import Credentials
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 # (group, resource, subresource) an operator of TFJobs writes. Everything else

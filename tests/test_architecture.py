@@ -1,5 +1,9 @@
 """The layering contract: api <- gang <- children <- core <- runtime and tools; kube beside them.
 
+kube is tfop's Kubernetes client library (client, informer, work queue, leader election,
+Events, probes server, supervisor): it knows nothing of TFJobs, and runtime is the TFJob
+wiring on top of it, as a controller on client-go.
+
 Each layer imports only the layers listed for it, so the pure core never reaches
 the API client and no layer imports one above it. Checked from the source text,
 so a new upward import fails here before anyone runs it.
@@ -7,6 +11,7 @@ so a new upward import fails here before anyone runs it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +79,37 @@ def test_an_upward_import_is_caught(tmp_path):
     (tmp_path / "core" / "bad.py").write_text("from tfop.runtime.controller import Controller\n")
     assert upward_imports(tmp_path) == [
         "tfop/core/bad.py: imports tfop.runtime.controller (core may import ['api', 'children', 'gang'])"]
+
+
+DOMAIN = re.compile(r"tfjob", re.IGNORECASE)
+LIBRARY = "kube"
+
+
+def library_leaks(package: Path = PACKAGE) -> list[str]:
+    """What ties the client library to tfop's domain: an import of core, children, gang or runtime,
+    or TFJob named anywhere in its text (code, strings or comments)."""
+    found = [wrong for wrong in upward_imports(package) if wrong.startswith(f"tfop/{LIBRARY}/")]
+    for path in sorted((package / LIBRARY).rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if DOMAIN.search(line):
+                found.append(f"tfop/{path.relative_to(package)}:{number}: names TFJob")
+    return found
+
+
+def test_the_client_library_knows_no_tfjob():
+    assert ALLOWED[LIBRARY] == {"api"}  # the wire codec only
+    assert library_leaks() == []
+
+
+def test_a_tfjob_in_the_client_library_is_caught(tmp_path):
+    (tmp_path / LIBRARY).mkdir()
+    (tmp_path / LIBRARY / "cache.py").write_text(
+        "from tfop.runtime.jobs import JobKey\nfrom tfop.gang.base import GangBackend\n"
+        "def key(obj):  # the TFJob that owns obj\n    return None\n")
+    assert library_leaks(tmp_path) == [
+        "tfop/kube/cache.py: imports tfop.gang.base (kube may import ['api'])",
+        "tfop/kube/cache.py: imports tfop.runtime.jobs (kube may import ['api'])",
+        "tfop/kube/cache.py:3: names TFJob"]
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))

@@ -1,9 +1,9 @@
 """What the event recorder remembers: the per-job token bucket, the LRU of posted Events, and which
-Events of a batch are written (tfop/runtime/events.py; the writes are tested in e2e/tests/test_events.py)."""
+Events of a batch are written (tfop/kube/events.py; the writes are tested in e2e/tests/test_events.py)."""
 import pytest
 
 from tfop.core.plan import Event
-from tfop.runtime.events import (CACHE_ENTRIES, SPAM_BURST, SPAM_REFILL_SECONDS, EventBook, EventKey, Lru,
+from tfop.kube.events import (CACHE_ENTRIES, SPAM_BURST, SPAM_REFILL_SECONDS, EventBook, EventKey, Lru,
                                  Posted, TokenBucket)
 
 

@@ -9,9 +9,10 @@ import pytest
 
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError, KubeClient, paginate
-from tfop.kube.trim import keep_whole
-from tfop.runtime.informer import Backoff, Informer, Tombstones
-from tfop.runtime.versions import later, newer
+from tfop.runtime.trim import keep_whole, trim_child
+from tfop.kube.informer import Backoff, Informer, Tombstones
+from tfop.kube.versions import later, newer
+from tfop.runtime.jobs import label_key
 
 NS, JOB = "ns", ("ns", "job")
 
@@ -34,7 +35,10 @@ class Recorder:
 
     def informer(self, client=None, **options):
         options.setdefault("on_gone", lambda key, name: self.gone.append((key, name)))
-        return Informer(client, "v1", "pods", "Pod", [NS], "sel", self.woken.append, **options)
+        options.setdefault("key_of", label_key)
+        options.setdefault("trim", trim_child)
+        return Informer(client, "v1", "pods", "Pod", [NS], label_selector="sel", on_change=self.woken.append,
+                        **options)
 
     def event(self, kind, obj):
         self.events.append((kind, obj["metadata"]["name"], obj["metadata"].get("resourceVersion")))
@@ -45,7 +49,7 @@ def watch(informer, kind, obj, version="1"):
 
 
 def names(informer):
-    return sorted(p["metadata"]["name"] for p in informer.for_job(JOB))
+    return sorted(p["metadata"]["name"] for p in informer.for_key(JOB))
 
 
 def test_delete_answer_without_version_does_not_bring_a_deleted_pod_back():
@@ -414,7 +418,7 @@ OWNER_KEYS = [
 
 @pytest.mark.parametrize("case,obj,key", OWNER_KEYS, ids=[c[0] for c in OWNER_KEYS])
 def test_owner_key(case, obj, key):
-    from tfop.runtime.informer import owner_key
+    from tfop.runtime.jobs import owner_key
     assert owner_key(obj) == key
 
 
@@ -428,4 +432,4 @@ def test_our_create_answer_is_kept_without_waking_its_job_and_the_watch_wakes_it
     watch(inf, "ADDED", pod(rv="7", phase="Pending"))
     assert rec.woken == []
     watch(inf, "MODIFIED", pod(rv="8", phase="Running"))
-    assert rec.woken == [JOB] and inf.for_job(JOB)[0]["status"]["phase"] == "Running"
+    assert rec.woken == [JOB] and inf.for_key(JOB)[0]["status"]["phase"] == "Running"

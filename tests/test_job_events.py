@@ -1,7 +1,7 @@
 """Which TFJob watch events start a pass: every change, but not our own status write coming back; nor
 the answers of the pass's own creates.
 
-The status PATCH goes to a local socket server (test_http1.ScriptedServer) that answers with the job
+The status PATCH goes to a local socket server (tests/scripted_server.py) that answers with the job
 at a new resourceVersion, as the apiserver does; the work queue is replaced by a list of the keys added.
 """
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from test_http1 import ScriptedServer
+from scripted_server import ScriptedServer
 from tfop.api.constants import LABEL_JOB
 from tfop.core.plan import Plan
 from tfop.core.settings import Settings
-from tfop.kube.client import Credentials, KubeClient
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
 from tfop.runtime.controller import Controller
 
 KEY = ("ml", "tf-job")
@@ -111,7 +112,7 @@ def test_the_answers_of_our_own_creates_fill_the_caches_and_start_no_pass():
                 controller.pods.on_change = controller.services.on_change = woken.append
                 plan = Plan(create=[child("Pod", "tf-job-worker-0"), child("Service", "tf-job-worker-0")])
                 failures = await controller.applier.write_objects(controller.jobs[KEY], plan)
-                cached = len(controller.pods.for_job(KEY)), len(controller.services.for_job(KEY))
+                cached = len(controller.pods.for_key(KEY)), len(controller.services.for_key(KEY))
                 controller.pods.handle_event({"type": "ADDED", "object": created[0]}, "5")
                 quiet = list(woken)
                 bound = {**child("Pod", "tf-job-worker-0", 7), "status": {"phase": "Running"}}

@@ -1,4 +1,4 @@
-"""Leader election's rules (tfop/runtime/lease.py) as tables, and the supervisor and probes on a real loop."""
+"""Leader election's rules (tfop/kube/lease.py) as tables, and the supervisor and probes on a real loop."""
 import asyncio
 import gc
 import logging
@@ -7,10 +7,11 @@ import aiohttp
 
 import pytest
 
-from tfop.runtime import lease
-from tfop.runtime.health import parse_bind_address, verdict
-from tfop.runtime.lease import LeaseRecord, LeaseTiming
-from tfop.runtime.supervisor import VitalTaskDied, first_of, quiet_kopf_scan_leftovers
+from tfop.kube import lease
+from tfop.kube.health import parse_bind_address, verdict
+from tfop.kube.lease import LeaseRecord, LeaseTiming
+from tfop.kube.supervisor import VitalTaskDied, first_of
+from tfop.runtime.process import quiet_kopf_scan_leftovers
 
 T = LeaseTiming()  # 15 s lease, 10 s renew deadline, 2 s retry
 NOW = "2026-11-23T00:00:10.000000Z"

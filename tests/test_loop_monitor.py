@@ -1,11 +1,11 @@
-"""The event-loop stall monitor (tfop/runtime/loop_monitor.py): on a real event loop, and as a table."""
+"""The event-loop stall monitor (tfop/kube/loop_monitor.py): on a real event loop, and as a table."""
 import asyncio
 import logging
 import time
 
 import pytest
 
-from tfop.runtime.loop_monitor import LoopMonitor
+from tfop.kube.loop_monitor import LoopMonitor
 
 
 def test_a_blocked_loop_is_measured_and_logged(caplog):

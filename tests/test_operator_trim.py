@@ -10,7 +10,7 @@ from tfop.core.context import Observed
 from tfop.gang.common import pending_reason
 from tfop.api.normalize import authored_version, normalize
 from tfop.gang.registry import backend_class
-from tfop.kube.trim import SharedParts, keep_whole, trim_child, trim_group, trim_job
+from tfop.runtime.trim import SharedParts, keep_whole, trim_child, trim_group, trim_job
 
 
 def full_pod(phase="Running", exit_code=None, last_exit=None, restarts=0, ready=True, unschedulable=None):

@@ -2,7 +2,7 @@
 and a job failing for ever never overflows the backoff."""
 import asyncio
 
-from tfop.runtime.workqueue import WorkQueue
+from tfop.kube.workqueue import WorkQueue
 
 
 def test_a_failing_pass_that_re_adds_its_job_waits_out_its_backoff():

@@ -1,4 +1,4 @@
-"""The event recorder on the real apiserver, as the operator's ServiceAccount (tfop/runtime/events.py).
+"""The event recorder on the real apiserver, as the operator's ServiceAccount (tfop/kube/events.py).
 
 Repeats of an Event are counted on one Event object (a merge patch), another
 message is another Event, an Event that expired is posted again, a job's token
@@ -19,8 +19,9 @@ from e2e.tests.lifecycle_helpers import tfjob
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, deploy_manifests
 from tfop.api import conditions
 from tfop.core.plan import Event
-from tfop.kube.client import Credentials, KubeClient
-from tfop.runtime.events import SPAM_BURST, EventRecorder
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
+from tfop.kube.events import SPAM_BURST, EventRecorder
 
 pytestmark = pytest.mark.cluster
 

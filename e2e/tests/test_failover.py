@@ -275,7 +275,7 @@ def separate_account(env: Env) -> Path:
 def test_a_dead_controller_task_ends_the_process_within_seconds(env, request):
     """Silent death: a fault injected into the controller's work queue (as a bug there would be)."""
     op = make_operator(env.cluster, [env.ns])
-    inject = ("import sys; import tfop.runtime.workqueue as q\n"
+    inject = ("import sys; import tfop.kube.workqueue as q\n"
               "async def broken(self):\n    raise RuntimeError('injected fault in the work queue')\n"
               "q.WorkQueue.run = broken\n"
               "from tfop.tools.cli import cli; sys.exit(cli(sys.argv[1:]))")

@@ -10,6 +10,7 @@ the session cluster never compete for GPUs.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -463,6 +464,7 @@ SCHEDULER_NAMES = {"koordinator": KOORDINATOR_SCHEDULER_NAME, "yunikorn": "yunik
 def backend_objects_against_apiserver(cluster, api, namespace, backend):
     seed_id, keep_scheduler, scheduler = APISERVER_ONLY[backend]
     if backend == "kube-batch":
+        KUBE_BATCH_CRD_ABSENCE_CHECKED.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
         cluster.apply(KUBE_BATCH_CRD)
         wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
@@ -528,21 +530,71 @@ def without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespa
         assert "gang" not in (api.tfjob(namespace, name).get("status") or {})
 
 
+# ------------------------------------------------------------------ 9. start-up: the group object's CRD
+
+# Set once missing_group_crd_is_an_error has run (at once when it is not selected): until then
+# backend_objects_against_apiserver[kube-batch] does not install the kube-batch CRD.
+KUBE_BATCH_CRD_ABSENCE_CHECKED = threading.Event()
+GANG_LOG_LINE = "gang scheduling: --gang-scheduler-name={backend};"
+
+
+def settled_log(op) -> list[str]:
+    """The operator's log a moment after it started (the CRD check comes before its caches sync)."""
+    time.sleep(2)
+    return op.log_path.read_text(errors="replace").splitlines()
+
+
+@scenario
+def built_in_group_kind_starts_without_error(cluster, api, namespace):
+    """kube-arbitrator's group object is a PodDisruptionBudget (policy/v1, built into Kubernetes): no
+    CRD to check, so no error at start-up."""
+    with operator(cluster, namespace, "kube-arbitrator") as op:
+        lines = settled_log(op)
+    assert any(GANG_LOG_LINE.format(backend="kube-arbitrator") in line for line in lines), "\n".join(lines)
+    wrong = [line for line in lines if "ERROR" in line or "is not installed" in line]
+    assert not wrong, "\n".join(wrong)
+
+
+@scenario
+def missing_group_crd_is_an_error(cluster, api, namespace):
+    """A CRD-based backend whose group CRD is absent: one error line naming the CRD, and the operator
+    keeps serving."""
+    crd = KUBE_BATCH_CRD["metadata"]["name"]
+    try:
+        assert api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}") is None, \
+            f"CRD {crd} is installed already: this scenario needs it absent"
+        with operator(cluster, namespace, "kube-batch") as op:
+            lines = settled_log(op)
+            assert op.process.poll() is None, op.log_tail()
+    finally:
+        KUBE_BATCH_CRD_ABSENCE_CHECKED.set()
+    assert any(GANG_LOG_LINE.format(backend="kube-batch") in line for line in lines), "\n".join(lines)
+    missing = [line for line in lines if "is not installed" in line]
+    assert len(missing) == 1 and " ERROR tfop: " in missing[0], "\n".join(lines)
+    assert missing[0].endswith(
+        f"CRD {crd} is not installed: kube-batch gangs cannot be created until it is (see `tfop doctor`)"), missing
+
+
 # ------------------------------------------------------------------ the tests: each waits for its scenario
 
-# Longest first, so the concurrent run ends soon after the longest one.
-ORDER = ["test_seed004_gang_second_job_waits_until_first_finishes", "test_seed003_gang_waits_whole_then_runs_when_gpus_added",
+# Longest first, so the concurrent run ends soon after the longest one; but the scenario that needs the
+# kube-batch CRD absent goes before the one that installs it (and waits for it).
+ORDER = ["test_missing_group_crd_is_an_error",
+         "test_seed004_gang_second_job_waits_until_first_finishes", "test_seed003_gang_waits_whole_then_runs_when_gpus_added",
          "test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added",
          "test_backend_objects_against_apiserver", "test_two_gangs_never_split_capacity",
          "test_gang_restart_recreates_every_member", "test_seed004_without_gang_second_job_partly_runs",
          "test_gang_of_n_where_n_minus_2_fit_stays_pending", "test_seed003_without_gang_half_runs",
-         "test_schedule_timeout_fails_the_job", "test_without_gang_scheduling_no_group_and_default_scheduler"]
+         "test_schedule_timeout_fails_the_job", "test_without_gang_scheduling_no_group_and_default_scheduler",
+         "test_built_in_group_kind_starts_without_error"]
 
 
 @pytest.fixture(scope="module")
 def runner(cluster, request):
     items = [i for i in request.session.items if i.module is request.module]
     items.sort(key=lambda i: ORDER.index(i.originalname))
+    if not any(i.originalname == "test_missing_group_crd_is_an_error" for i in items):
+        KUBE_BATCH_CRD_ABSENCE_CHECKED.set()
     r = Runner(cluster, items, BODIES, workers=WORKERS,
                one_at_a_time=lambda name, params: params.get("backend") == "volcano" or name in VOLCANO_ONLY)
     yield r
@@ -602,4 +654,12 @@ def test_backend_objects_against_apiserver(runner, request, backend):
 
 
 def test_without_gang_scheduling_no_group_and_default_scheduler(runner, request):
+    outcome(runner, request)
+
+
+def test_built_in_group_kind_starts_without_error(runner, request):
+    outcome(runner, request)
+
+
+def test_missing_group_crd_is_an_error(runner, request):
     outcome(runner, request)

@@ -27,7 +27,7 @@ from e2e.tests.gang_helpers import Api
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, names, operator, pod_names, replica, tfjob
 from tfop.api.rules import MAX_JOB_REPLICAS, MSG_TOTAL_REPLICAS
 from tfop.core.replicas import MAX_CREATES_PER_PASS
-from tfop.runtime.loop_monitor import WINDOW
+from tfop.kube.loop_monitor import WINDOW
 
 pytestmark = pytest.mark.cluster
 

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from e2e import build
-from tfop.kube.client import Credentials, KubeClient
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,8 @@ from e2e.tests.lifecycle_helpers import tfjob
 from e2e.tfop_operator import deploy_manifests
 from tfop.runtime.controller import Controller
 from tfop.runtime.status_writer import TFJOB_API
-from tfop.kube.client import Credentials, KubeClient
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
 from tfop.core.settings import Settings
 
 pytestmark = pytest.mark.cluster

@@ -169,7 +169,7 @@ def _replica_specs(spec, notes, problems) -> tuple[ReplicaSpec, ...]:
         if not is_whole_number(count):
             problems.append(Problem(f"{field}.replicas", f"{count!r} is not a whole number >= 0"))
             count = 0
-        elif count > rules.MAX_REPLICAS_PER_TYPE:  # stored before the CRD had its maximum
+        elif count > rules.MAX_REPLICAS_PER_TYPE:  # stored under a CRD without this maximum
             problems.append(Problem(f"{field}.replicas", f"{count} is more than the {rules.MAX_REPLICAS_PER_TYPE} "
                                     "replicas a type may have: lower replicas or split the job"))
             count = 0  # the job fails for it; its pods are never listed

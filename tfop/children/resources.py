@@ -1,7 +1,7 @@
 """Find the data directories (crds/, templates/, rbac/) shipped with tfop.
 
 Installed, they live inside the package as tfop/_data/<dir>; in a source
-checkout they sit at the repository root. Older installs put them under
+checkout they sit at the repository root. An older tfop's install has them under
 <prefix>/share/tfop/<dir>.
 """
 import sys

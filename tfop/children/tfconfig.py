@@ -4,8 +4,8 @@ Byte-for-byte what upstream v1.9 writes: Go's struct order at the top
 level (cluster, task, environment), sorted replica-type keys, no spaces; with
 enableDynamicWorker its sparse form (no environment).
 The cluster part lists every pod of the job, so it is written once per job
-(ClusterConfig) and each pod only appends its task: building it per pod made
-a job of N pods cost N^2.
+(ClusterConfig) and each pod only appends its task: built per pod, it would
+make a job of N pods cost N^2.
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class Observed:
     # the state of each of the scheduler's queues (Volcano's).
     capacity: Capacity | None = None
     queues: Mapping[str, str] | None = None
-    # Kueue: the job's Workload (tfop/kube/trim.py trim_workload) and its LocalQueue's ClusterQueue.
+    # Kueue: the job's Workload (tfop/runtime/trim.py trim_workload) and its LocalQueue's ClusterQueue.
     workload: Mapping[str, Any] | None = None
     cluster_queue: str = ""
 

@@ -23,8 +23,8 @@ ADMISSION_GRACE_SECONDS = 10
 TOUCH_GAP_SECONDS = 1.0
 # A waiting gang's sentence is read from the nodes, queues and PriorityClasses, whose changes send
 # this job no event: it is looked at again after as long as it has waited, within these bounds. Room
-# freed and new nodes wake it at once anyway; what is left changes slowly, and a burst of gangs that
-# wait minutes passed every 30 s for nothing (issue 13).
+# freed and new nodes wake it at once anyway; what is left changes slowly, so a look every 30 s at a
+# burst of gangs that wait for minutes would mostly be for nothing.
 WAITING_RECHECK_SECONDS, WAITING_RECHECK_LONGEST = 30.0, 240.0
 
 
@@ -76,7 +76,7 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     if running >= shape.min_member:
         # The gang is whole: its group's later phases (Scheduling, Running: each scheduler's controller
         # writes them seconds after the pods) explain nothing the conditions do not, and a status
-        # write each would cost more than the job's start (issue 13's scheduler-plugins trace).
+        # write each would cost more than the job's start (with scheduler-plugins: e2e/BENCHMARK.md).
         return gang, False
     if state.phase:
         gang["phase"] = state.phase

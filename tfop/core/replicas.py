@@ -20,7 +20,7 @@ PLURALS = {"Pod": "pods", "Service": "services"}
 # A pass runs on the event loop, which every job shares. Building a pod or a service takes ~0.08 ms of
 # CPU on this 2-core machine (a template filled and parsed as JSON each), and the pass over a job of
 # 1000 pods (the default --max-pods-per-job) costs ~10-25 ms besides: 128 of each keep a pass near
-# 50 ms at most, where a job of 4000 pods built in one pass held the loop 13.6 s (YAML templates then).
+# 50 ms at most, where building a job of 4000 pods in one pass would hold the loop over half a second.
 # More passes cost little: each created pod's watch events bring the job's next pass anyway.
 MAX_CREATES_PER_PASS = 128
 
@@ -69,7 +69,7 @@ def create_missing_pods(draft: Draft, ctx: Context, shape: GangShape | None) -> 
     warned: set[str] = set()
     cluster: ClusterConfig | None = None  # TF_CONFIG's cluster part: built once, and only if a pod is missing
     missing = ((replica, index) for replica, index in view.expected
-               if not view.is_done(replica, index)  # succeeded, then deleted: finished is finished (#1186)
+               if not view.is_done(replica, index)  # succeeded, then deleted: finished is finished (upstream #1186)
                and _missing(draft, "Pod", pod_name(view.job.name, replica.type, index), view.pods))
     for replica, index in _batch(draft, missing):
         cluster = cluster or ClusterConfig(view.job, ctx.settings.cluster_domain)

@@ -80,9 +80,10 @@ def _counters(draft: Draft, rtype: str) -> dict[str, int]:
 
 
 def _legacy_statuses(view: JobView, replica_statuses: dict) -> dict:
-    """v1alpha2's name for replicaStatuses, with the three counters its clients read: the selectors again
-    added a third to the stored job and to each of its watch events. What older tfop wrote there (the
-    selectors too) stays while its counters are right: an upgrade alone writes no job."""
+    """v1alpha2's name for replicaStatuses, with the three counters its clients read: the selectors
+    repeated there would add a third to the stored job and to each of its watch events. A recorded copy
+    holding the selectors too (an older tfop's) stays while its counters are right: an upgrade alone
+    writes no job."""
     fresh = {rtype: {k: counts[k] for k in COUNTERS} for rtype, counts in replica_statuses.items()}
     recorded = view.job.status.get(LEGACY_STATUSES) or {}
     recorded_counts = {rtype: {k: (kept or {}).get(k) for k in COUNTERS} for rtype, kept in recorded.items()}

@@ -1,28 +1,20 @@
 """A small asyncio Kubernetes client: just the verbs tfop uses, never blocking the loop.
 
-Credentials come from the kubeconfig or the in-cluster service account
-(tfop.kube.kubeconfig, exec plugins run by tfop.kube.exec_credential, or the
-official client's loader for auth providers and the like). Requests go through
-tfop.kube.http1's bounded pool of kept-alive connections; watches, and every
-request when the cluster has a proxy, through one aiohttp session.
+Credentials come from tfop.kube.credentials. Every request and watch goes through one aiohttp
+session: a bounded pool of kept-alive connections, the proxy and the TLS settings the
+credentials name.
 """
 from __future__ import annotations
 
 import asyncio
 import os
 import random
-import ssl
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping
-from urllib.parse import urlencode
+from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 
 import aiohttp
 
 from tfop.api import codec
-from tfop.kube.exec_credential import ExecAuthenticator, ExecCredential
-from tfop.kube.http1 import ConnectionPool, Response, StaleConnection
-from tfop.kube.kubeconfig import ConfigError, Endpoint, proxy_url, tls_context, with_env_proxy
+from tfop.kube.credentials import Credentials
 
 
 class ApiError(Exception):
@@ -32,114 +24,6 @@ class ApiError(Exception):
         # The apiserver's own words (a Status object's message), without the request line.
         self.message = str(body.get("message", "") if isinstance(body, dict) else str(body)[:300])
         super().__init__(f"{self.request}: {status} {self.message}")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    token_file: str | None = None
-    token: str | None = None
-    ca_file: str | None = None
-    ca_data: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    verify: bool = True
-    proxy: str | None = None  # http:// or https://: proxy-url, else $HTTPS_PROXY as client-go
-    server_hostname: str | None = None  # tls-server-name: the name the certificate is checked against
-    exec_auth: ExecAuthenticator | None = None  # the user's exec plugin, run when its credential is due
-
-    @classmethod
-    def load(cls, kubeconfig: str | None = None, context: str | None = None,
-             environ: Mapping[str, str] | None = None) -> "Credentials":
-        """ConfigError (one line) when they cannot work; an exec plugin first runs at the first request."""
-        from tfop.kube.kubeconfig import load as load_endpoint
-
-        environ = os.environ if environ is None else environ
-        endpoint = load_endpoint(kubeconfig, context, environ)
-        if endpoint is None:
-            endpoint = with_env_proxy(_official_endpoint(kubeconfig, context), environ)
-        plugin = endpoint.exec_plugin
-        return cls(server=endpoint.server, ssl_context=tls_context(endpoint), token_file=endpoint.token_file,
-                   token=endpoint.token, ca_file=endpoint.ca_file, ca_data=endpoint.ca_data,
-                   cert_file=endpoint.cert_file, key_file=endpoint.key_file, verify=endpoint.verify,
-                   proxy=endpoint.proxy_url, server_hostname=endpoint.tls_server_name,
-                   exec_auth=ExecAuthenticator(plugin, endpoint, environ) if plugin else None)
-
-    async def authenticate(self) -> ExecCredential | None:
-        """Before a request: the exec plugin's credential, run again when due; None for the others."""
-        return await self.exec_auth.credential() if self.exec_auth else None
-
-    async def rejected(self, used: ExecCredential | None) -> bool:
-        """After a 401 to a request that carried `used`: True when a new credential is worth one more try."""
-        return self.exec_auth is not None and await self.exec_auth.rejected(used)
-
-    def tls(self) -> ssl.SSLContext | bool:
-        """The TLS context of the next connection: with the exec plugin's client certificate, which may change."""
-        return (self.exec_auth and self.exec_auth.ssl_context()) or self.ssl_context
-
-    def transport(self) -> dict[str, Any]:
-        """aiohttp's per-request connection arguments: the TLS context, the proxy, the name the
-        server's certificate must hold."""
-        options: dict[str, Any] = {"ssl": self.tls()}
-        if self.proxy:
-            options["proxy"] = self.proxy
-        if self.server_hostname:
-            options["server_hostname"] = self.server_hostname
-        return options
-
-    def to_kopf(self):
-        import kopf
-
-        return kopf.ConnectionInfo(
-            server=self.server, ca_path=self.ca_file, ca_data=self.ca_data, insecure=not self.verify, token=self.bearer(),
-            certificate_path=self.cert_file, private_key_path=self.key_file,
-        )
-
-    def bearer(self) -> str | None:
-        if self.exec_auth is not None:
-            return self.exec_auth.token()
-        if self.token_file and Path(self.token_file).exists():
-            return Path(self.token_file).read_text().strip()
-        return self.token
-
-
-def _official_endpoint(kubeconfig: str | None, context: str | None) -> Endpoint:
-    """Auth providers, basic auth, merged KUBECONFIG lists: the official client's loader; its
-    failures are a ConfigError of one line."""
-    try:
-        return _official_loader(kubeconfig, context)
-    except ConfigError:
-        raise
-    except Exception as err:  # noqa: BLE001 - the loader's own (ConfigException, an auth provider's, ...)
-        where = f" from {kubeconfig}" if kubeconfig else ""
-        raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {' '.join(str(err).split())}") from None
-
-
-def _official_loader(kubeconfig: str | None, context: str | None) -> Endpoint:
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    try:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        token_file = None
-    except (config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-        config.load_incluster_config(client_configuration=cfg)
-        token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
-    token = None
-    if auth:
-        prefix = cfg.api_key_prefix.get("authorization", "")
-        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
-        if prefix and prefix.lower() != "bearer":
-            token = auth
-    # The loader's proxy when the kubeconfig names one (newer clients also fill it from the environment).
-    proxy = None if getattr(cfg, "_proxy_from_env", False) else getattr(cfg, "proxy", None)
-    return Endpoint(server=cfg.host.rstrip("/"), ca_file=cfg.ssl_ca_cert, verify=cfg.verify_ssl, token=token,
-                    token_file=token_file, cert_file=cfg.cert_file, key_file=cfg.key_file,
-                    proxy_url=proxy_url(proxy, "proxy-url"), tls_server_name=getattr(cfg, "tls_server_name", None))
 
 
 # Like client-go: a request answered 429 is sent again up to this many times.
@@ -196,6 +80,12 @@ async def paginate(fetch: Callable[[str | None], Any],
             return
 
 
+class Response(NamedTuple):
+    status: int
+    retry_after: str | None  # the Retry-After header of a 429
+    body: bytes
+
+
 class NotLeading(Exception):
     """A write refused before it was sent: this replica does not hold the leader Lease (any more)."""
 
@@ -205,7 +95,7 @@ class KubeClient:
                  write_gate: Callable[[], bool] | None = None):
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
-        self._pool: ConnectionPool | None = None  # None through a proxy: aiohttp then carries every request
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._max_connections = max_connections
         self.user_agent = user_agent  # names the replica in the apiserver's audit log
         # Asked before every write but the Lease's own: with leader election, only a leader writes.
@@ -219,14 +109,9 @@ class KubeClient:
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             json_serialize=lambda o: codec.dumps(o).decode(),
         )
-        if not self.credentials.proxy:
-            self._pool = ConnectionPool.for_server(self.credentials.server, self.credentials.tls,
-                                                  self.credentials.server_hostname, self._max_connections)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._pool:
-            self._pool.close()
         if self._session:
             await self._session.close()
 
@@ -251,7 +136,7 @@ class KubeClient:
             try:
                 response = await self._send(method, path, data, params, content_type if body is not None
                                             else None, timeout)
-            except (aiohttp.ClientConnectionError, StaleConnection):
+            except aiohttp.ClientConnectionError:
                 # A kept-alive connection the server closed as we reused it: a read is safe to send again.
                 if method != "GET" or resent:
                     raise
@@ -264,7 +149,7 @@ class KubeClient:
             if response.status == 429 and attempt < THROTTLE_RETRIES:
                 # Too many requests in flight: turned away before it did anything, so any
                 # verb may be sent again, after the pause the apiserver asks for.
-                await asyncio.sleep(_retry_after(response.headers.get("retry-after"), attempt))
+                await asyncio.sleep(_retry_after(response.retry_after, attempt))
                 continue
             if (response.status == 401 and not reauthenticated and attempt < THROTTLE_RETRIES
                     and await self.credentials.rejected(used)):
@@ -275,16 +160,15 @@ class KubeClient:
             return payload
 
     async def _send(self, method: str, path: str, data: bytes | None, params, content_type: str | None,
-                    timeout: float) -> Response:
-        if self._pool is not None:
-            target = self._pool.prefix + path + ("?" + urlencode(params) if params else "")
-            lines = "".join(f"{name}: {value}\r\n" for name, value in self._headers(content_type).items())
-            return await self._pool.request(method, target, lines.encode("latin-1"), data, timeout)
+                    timeout: float) -> "Response":
+        limit = self._timeouts.get(timeout)
+        if limit is None:
+            limit = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
         async with self._session.request(
             method, self.credentials.server + path, data=data, params=params, headers=self._headers(content_type),
-            timeout=aiohttp.ClientTimeout(total=timeout), **self.credentials.transport(),
+            timeout=limit, **self.credentials.transport(),
         ) as response:
-            return Response(response.status, {k.lower(): v for k, v in response.headers.items()}, await response.read())
+            return Response(response.status, response.headers.get("Retry-After"), await response.read())
 
     # -- verbs ------------------------------------------------------------------
     async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:

@@ -15,9 +15,9 @@ from tfop.api.constants import KIND
 from tfop.core.outcomes import NOT_ATTEMPTED, FailedWrite
 from tfop.core.plan import Event, Plan, Ref, create_batches
 from tfop.kube.client import ApiError, KubeClient
-from tfop.kube.trim import trim_child
-from tfop.runtime.events import EventRecorder
-from tfop.runtime.informer import Informer
+from tfop.runtime.trim import trim_child
+from tfop.kube.events import EventRecorder
+from tfop.kube.informer import Informer
 from tfop.runtime.jobs import JobRecord
 from tfop.runtime.status_writer import TFJOB_API
 

@@ -1,6 +1,6 @@
 """What the cluster has room for, kept up to date for the sentences that explain a waiting gang.
 
-Only with gang scheduling. Informers each keeping a few fields per object (tfop/kube/trim.py):
+Only with gang scheduling. Informers each keeping a few fields per object (tfop/runtime/trim.py):
 nodes (allocatable, Ready, cordoned, taints, labels), the pods bound to a node and not finished (a
 field selector, as kube-scheduler's own: their node and summed requests, never their spec), for
 Volcano its Queues (state), and Kueue's Workloads and LocalQueues. Each node's requested total is
@@ -19,9 +19,9 @@ from tfop.core.pending import Capacity, NodeRoom, Taint
 from tfop.gang.base import GangBackend
 from tfop.gang.shape import pod_requests
 from tfop.kube.client import KubeClient
-from tfop.kube.trim import trim_bound_pod, trim_local_queue, trim_node, trim_queue, trim_workload
-from tfop.runtime.informer import Informer, Name, owner_key
-from tfop.runtime.jobs import JobKey
+from tfop.runtime.trim import trim_bound_pod, trim_local_queue, trim_node, trim_queue, trim_workload
+from tfop.kube.informer import Informer, Name
+from tfop.runtime.jobs import JobKey, owner_key
 
 # Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -34,37 +34,28 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
 
 
-def _nobody(_obj) -> None:
-    return None
-
-
-def _ignore(_key) -> None:
-    return None
-
-
 class ClusterRoom:
     def __init__(self, client: KubeClient, backend: GangBackend, namespaces: list[str | None] | None = None,
-                 on_change: Callable[[JobKey], None] = _ignore, clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[JobKey], None] | None = None, clock: Callable[[], float] = time.monotonic,
                  on_room_grew: Callable[[], None] = lambda: None):
         self.clock, self.on_room_grew = clock, on_room_grew
         namespaces = namespaces or [None]
-        self.nodes = Informer(client, "v1", "nodes", "Node", [None], None, _ignore, key_of=_nobody,
-                              on_event=self._node_event, trim=trim_node, optional=True)
-        self.pods = Informer(client, "v1", "pods", "Pod", [None], None, _ignore, key_of=_nobody,
-                             on_event=self._pod_event, trim=self._trim_pod,
-                             field_selector=BOUND_AND_RUNNING, optional=True)
+        self.nodes = Informer(client, "v1", "nodes", "Node", on_event=self._node_event, trim=trim_node,
+                              optional=True)
+        self.pods = Informer(client, "v1", "pods", "Pod", field_selector=BOUND_AND_RUNNING, on_event=self._pod_event,
+                             trim=self._trim_pod, optional=True)
         self.informers = [self.nodes, self.pods]
         self.queues = None
         queue = backend.queue_resource
         if queue is not None:
-            self.queues = Informer(client, queue.api_version, queue.plural, queue.kind, [None], None, _ignore,
-                                   key_of=_nobody, on_event=self._changed, trim=trim_queue, optional=True)
+            self.queues = Informer(client, queue.api_version, queue.plural, queue.kind, on_event=self._changed,
+                                   trim=trim_queue, optional=True)
             self.informers.append(self.queues)
         # Kueue: a job's Workload (by its owner, the TFJob: a change wakes the job) and the LocalQueues.
-        self.workloads = Informer(client, KUEUE_API, "workloads", "Workload", namespaces, None, on_change,
-                                  key_of=owner_key, trim=trim_workload, optional=True)
-        self.local_queues = Informer(client, KUEUE_API, "localqueues", "LocalQueue", namespaces, None, _ignore,
-                                     key_of=_nobody, trim=trim_local_queue, optional=True)
+        self.workloads = Informer(client, KUEUE_API, "workloads", "Workload", namespaces, key_of=owner_key,
+                                  on_change=on_change, trim=trim_workload, optional=True)
+        self.local_queues = Informer(client, KUEUE_API, "localqueues", "LocalQueue", namespaces,
+                                     trim=trim_local_queue, optional=True)
         self.informers += [self.workloads, self.local_queues]
         # node name -> the summed requests of the pods bound to it; and what each pod added, to take it back
         self.requested: dict[str, dict[str, int]] = {}  # in thousandths, as NodeRoom
@@ -96,7 +87,7 @@ class ClusterRoom:
     def observed(self, key: JobKey, status: Mapping[str, Any]) -> dict[str, Any]:
         """What tfop.core.context.Observed holds of this: capacity, queues, the Workload, its ClusterQueue."""
         capacity, queues = self.for_status(status)
-        workloads = self.workloads.for_job(key)
+        workloads = self.workloads.for_key(key)
         workload = workloads[0] if workloads else None
         local = self.local_queues.get(key[0], ((workload or {}).get("spec") or {}).get("queueName") or "")
         return {"capacity": capacity, "queues": queues, "workload": workload,

@@ -25,36 +25,28 @@ from tfop.core.settings import Settings
 from tfop.core.transitions import transitions
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
-from tfop.kube.trim import SharedParts, trim_child, trim_group, trim_job
+from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
-from tfop.runtime.informer import Informer, owner_key
-from tfop.runtime.jobs import JobKey, JobRecord
+from tfop.kube.informer import Informer
+from tfop.runtime.jobs import JobKey, JobRecord, label_key, owner_key
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
-from tfop.runtime.supervisor import first_of, stop_all
-from tfop.runtime.workqueue import WorkQueue
+from tfop.kube.supervisor import first_of, stop_all
+from tfop.kube.workqueue import WorkQueue
 
 log = logging.getLogger("tfop.controller")
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
 OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # A job that has not finished is reconciled at least this often (an API call only if something changed):
 # a last resort, since the informers relist after any broken watch; what a pass reads beyond the job's
-# own objects asks for its own, sooner, look (gang_step.recheck_after). At 30 s it had
-# long bursts and thousands of running jobs passed over for nothing (BENCHMARK.md, round 4).
+# own objects asks for its own, sooner, look (gang_step.recheck_after). Any shorter makes a long burst
+# longer, passing over thousands of running jobs for nothing (e2e/BENCHMARK.md).
 RESYNC_SECONDS = 300.0
 # A child's event waits this long for the rest of its burst (a gang bound in one cycle, its pods then
 # Running one by one): one pass instead of one per event, for a status that waits a second anyway
 # (holding.PROGRESS_HOLD). The job's own events, and a gang woken for freed room, go at once.
 CHILD_BATCH_SECONDS = 0.2
-
-
-def _ignore(_key) -> None:
-    return None
-
-
-def _no_key(_obj) -> None:
-    return None  # TFJob events go to job_event (on_event), not to a job's key
 
 
 def passed(metrics: Metrics, key: JobKey, outcome: str, took: float) -> None:
@@ -106,11 +98,13 @@ class Controller:
         child_changed = partial(self.queue.add_soon, delay=CHILD_BATCH_SECONDS)
         # TFJobs: our own informer rather than kopf's watch, whose relist after a 410 never reports
         # the jobs deleted meanwhile (their pods would be re-created and collected in a loop).
-        self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, None, _ignore,
-                               key_of=_no_key, on_event=self.job_event, trim=trim_job)
-        child = partial(Informer, self.client, "v1", trim=partial(trim_child, shared=SharedParts()))  # parts kept once
-        self.pods = child("pods", "Pod", namespaces, selector, child_changed, on_gone=self._pod_gone)
-        self.services = child("services", "Service", namespaces, selector, child_changed)
+        self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, on_event=self.job_event,
+                               trim=trim_job)
+        shared = SharedParts()  # the parts every child of a template repeats, kept once
+        child = partial(Informer, self.client, "v1", label_selector=selector, key_of=label_key,
+                        on_change=child_changed, trim=partial(trim_child, shared=shared))
+        self.pods = child("pods", "Pod", namespaces, on_gone=self._pod_gone)
+        self.services = child("services", "Service", namespaces)
         self.informers = [self.tfjobs, self.pods, self.services]
         self.groups = self.priorities = self.room = None
         if self.backend is None:
@@ -122,10 +116,10 @@ class Controller:
             # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   None, child_changed, key_of=owner_key, trim=read)
+                                   key_of=owner_key, on_change=child_changed, trim=read)
             self.informers.append(self.groups)
-        self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", [None],
-                                   None, self._priority_changed, key_of=lambda obj: None)
+        # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
+        self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass")
         self.informers.append(self.priorities)
 
     # -- inputs -------------------------------------------------------------------
@@ -149,10 +143,6 @@ class Controller:
         record = self.jobs.get(key)
         if record is not None:
             record.pod_gone(name)
-
-    def _priority_changed(self, _key) -> None:  # a PriorityClass appearing can unblock any waiting gang
-        for key in list(self.jobs):
-            self.queue.add(key)
 
     # -- start --------------------------------------------------------------------
     async def decide_pods_before_admission(self) -> None:
@@ -201,12 +191,12 @@ class Controller:
 
     # -- one pass -----------------------------------------------------------------
     def observe(self, key: JobKey, record: JobRecord) -> Observed:
-        groups = self.groups.for_job(key) if self.groups else []
+        groups = self.groups.for_key(key) if self.groups else []
         priorities = {}
         if self.priorities is not None:
             priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
         explaining = self.room.observed(key, record.status()) if self.room else {}
-        return Observed(pods=self.pods.for_job(key), services=self.services.for_job(key),
+        return Observed(pods=self.pods.for_key(key), services=self.services.for_key(key),
                         group=groups[0] if groups else None, priority_values=priorities,
                         vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at,
                         **explaining)

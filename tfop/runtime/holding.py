@@ -27,7 +27,7 @@ from tfop.api.conditions import STARTING_GANG_REASONS
 PROGRESS_HOLD = (1.0, 5.0)
 # A gang on its ordinary way (its details change at every scheduler cycle, and a waiting gang is
 # looked at every 30 s) is written at most every 3 min: a burst of a thousand gangs takes Volcano
-# that long to start, and its actionable reasons are written at once anyway (BENCHMARK.md, round 5).
+# that long to start, and its actionable reasons are written at once anyway (e2e/BENCHMARK.md).
 STARTING_HOLD = (60.0, 180.0)
 # No quiet: the rest of the pods come seconds later, when their scheduler or kubelet get to them.
 PARTLY_READY_HOLD = (15.0, 15.0)

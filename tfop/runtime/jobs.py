@@ -1,19 +1,42 @@
-"""Everything the runtime keeps about one job, in one record dropped whole when the job goes."""
+"""Everything the runtime keeps about one job, in one record dropped whole when the job goes; and how
+an object is told to belong to a job (the informers' keys)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
+from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status
-from tfop.runtime.versions import later, newer, version_of
+from tfop.kube.versions import later, newer, version_of
 
 JobKey = tuple[str, str]  # (namespace, job name)
 
 
+def label_key(obj: Mapping[str, Any]) -> JobKey | None:
+    """The job a child belongs to, by the job-name label tfop stamps on it."""
+    meta = obj["metadata"]
+    job = (meta.get("labels") or {}).get(LABEL_JOB)
+    return (meta.get("namespace", ""), job) if job else None
+
+
+def owner_key(obj: Mapping[str, Any]) -> JobKey | None:
+    """By the job-name label tfop stamps, else by the controlling TFJob: the upstream operator creates
+    its PodGroups without any label, and a job it started must still find its group under tfop."""
+    key = label_key(obj)
+    if key is not None:
+        return key
+    meta = obj["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        owner_api = str(ref.get("apiVersion", ""))
+        if ref.get("controller") and ref.get("kind") == KIND and owner_api.startswith(f"{GROUP}/"):
+            return (meta.get("namespace", ""), ref.get("name"))
+    return None
+
+
 @dataclass
 class JobRecord:
-    body: dict  # the job as last seen or written (trimmed: tfop/kube/trim.py)
+    body: dict  # the job as last seen or written (trimmed: tfop/runtime/trim.py)
     # A status the core decided but the runtime holds back (holding.py); the next pass reads it as
     # the job's status, since it is what the operator last decided.
     held: dict | None = None

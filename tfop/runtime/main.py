@@ -1,7 +1,7 @@
 """Start one operator replica: kopf runs the process; tfop's informers watch TFJobs and children.
 
 With leader election one replica reconciles and the others keep warm caches; every vital task is
-supervised (tfop/runtime/supervisor.py), so the process never stays alive doing nothing.
+supervised (tfop/kube/supervisor.py), so the process never stays alive doing nothing.
 """
 from __future__ import annotations
 
@@ -9,49 +9,33 @@ import asyncio
 import gc
 import logging
 import socket
-import sys
 import uuid
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
+import kopf
 
 from tfop import __version__
 from tfop.core.settings import DEFAULT_NAMESPACE, Settings
 from tfop.gang.base import GangBackend
-from tfop.kube.client import ApiError, Credentials, KubeClient
+from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.credentials import Credentials
+from tfop.kube.health import HttpServer, metrics_routes, parse_bind_address, probe_routes
 from tfop.kube.kubeconfig import StartupError
-from tfop.runtime.controller import Controller
+from tfop.kube.leader import LeaderElector
+from tfop.kube.lease import LeaseTiming
+from tfop.kube.loop_monitor import LoopMonitor
+from tfop.kube.supervisor import first_of, stop_all
 from tfop.runtime import probes
-from tfop.runtime.health import HttpServer, metrics_routes, parse_bind_address, probe_routes
-from tfop.runtime.leader import LeaderElector
-from tfop.runtime.lease import LeaseTiming
-from tfop.runtime.loop_monitor import LoopMonitor
+from tfop.runtime.controller import Controller
 from tfop.runtime.metrics import Metrics
-from tfop.runtime.supervisor import first_of, quiet_kopf_scan_leftovers, stop_all
+from tfop.runtime.process import build_registry, quiet_kopf_scan_leftovers
 
 LEASE_NAME = "tfop"
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
 STARTUP_TIMEOUT_SECONDS = 30.0
 YOUNG_COLLECTION_ALLOCATIONS = 10_000
-
-
-def _import_kopf():
-    """kopf imports the official kubernetes client, when installed, only to accept its model
-    objects, which tfop never passes; that import alone costs ~20 MB of RSS. Hide it meanwhile."""
-    if "kubernetes" in sys.modules:
-        import kopf
-        return kopf
-    sys.modules["kubernetes"] = None  # makes `import kubernetes` raise ImportError
-    try:
-        import kopf
-    finally:
-        del sys.modules["kubernetes"]
-    return kopf
-
-
-kopf = _import_kopf()
 
 
 log = logging.getLogger("tfop")
@@ -73,46 +57,33 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
         log.warning("gang scheduling: %s", warning)
     if backend is None:
         return None
-    if backend.group_resource is not None:
-        resource = backend.group_resource
-        crd = f"{resource.plural}.{resource.group}"
-        try:
-            found = await client.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
-        except ApiError as err:
-            if err.status != 403:
-                raise
-            # A check, not a need: the group objects themselves may still be allowed.
-            log.warning("cannot check that CRD %s is installed (%s); see `tfop doctor`", crd, err.message)
-            return backend
-        if found is None:
-            # Upstream refuses to start here; we keep serving and say exactly what is missing.
-            log.error("CRD %s is not installed: %s gangs cannot be created until it is (see `tfop doctor`)",
-                      crd, backend.name)
+    crd = group_crd(backend)
+    if crd is None:
+        return backend
+    try:
+        found = await client.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        # A check, not a need: the group objects themselves may still be allowed.
+        log.warning("cannot check that CRD %s is installed (%s); see `tfop doctor`", crd, err.message)
+        return backend
+    if found is None:
+        # Upstream refuses to start here; we keep serving and say exactly what is missing.
+        log.error("CRD %s is not installed: %s gangs cannot be created until it is (see `tfop doctor`)",
+                  crd, backend.name)
     return backend
 
 
-def build_registry(credentials: Credentials, on_cleanup: Callable[[], Awaitable[None]]) -> kopf.OperatorRegistry:
-    """kopf runs the process: credentials, start-up settings, signals and the clean stop. It watches
-    nothing itself: TFJobs and their children come through tfop's informers (runtime/informer.py)."""
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**_):
-        return credentials.to_kopf()
-
-    @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_):
-        settings.posting.enabled = False  # we post our own, fewer, Events
-        # Our namespaces are exact names and the CRD is known: no need to list namespaces or CRDs.
-        settings.scanning.disabled = True
-        settings.watching.server_timeout = 290
-
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(**_):
-        # kopf waits 5 s for tasks started after it before it exits: stop ours now, not then.
-        await on_cleanup()
-
-    return registry
+def group_crd(backend: GangBackend) -> str | None:
+    """The CRD (plural.group) of the backend's group objects, when it is one of the CRDs the backend
+    declares; None for a backend without group objects or whose group is a built-in kind (the
+    PodDisruptionBudget of kube-arbitrator's), which no CRD check may call missing."""
+    resource = backend.group_resource
+    if resource is None:
+        return None
+    crd = f"{resource.plural}.{resource.group}"
+    return crd if crd in backend.crds else None
 
 
 def replica_identity() -> str:
@@ -216,7 +187,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
 
 def tune_garbage_collector() -> None:
     """What start-up built (modules, templates, the client) lives as long as the process: frozen out of
-    the collector's full passes, which held the event loop up to 0.7 s in a J=1000 burst. Young
+    the collector's full passes, which would hold the event loop up to 0.7 s in a J=1000 burst. Young
     collections every YOUNG_COLLECTION_ALLOCATIONS net allocations, not 700: a pass or a watch event
     allocates hundreds, nearly all freed by their reference counts anyway."""
     gc.collect()

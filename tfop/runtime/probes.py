@@ -1,4 +1,4 @@
-"""What /healthz and /readyz check of a controller (served by tfop/runtime/health.py).
+"""What /healthz and /readyz check of a controller (served by tfop/kube/health.py).
 
 Alive means making progress: every informer running and hearing from the apiserver, no reconcile
 stuck. Ready means the caches are synced, so a standby can lead at once.
@@ -6,7 +6,7 @@ stuck. Ready means the caches are synced, so a standby can lead at once.
 from __future__ import annotations
 
 from tfop.runtime.controller import Controller
-from tfop.runtime.health import Check
+from tfop.kube.health import Check
 
 # A reconcile running longer is stuck (its requests time out after 30 s each).
 STUCK_AFTER_SECONDS = 300.0

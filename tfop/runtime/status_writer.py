@@ -6,7 +6,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from tfop.api.constants import GROUP, PLURAL, STORAGE_VERSION
 from tfop.kube.client import KubeClient
-from tfop.kube.trim import trim_job
+from tfop.runtime.trim import trim_job
 from tfop.runtime.holding import hold_limits
 from tfop.runtime.jobs import JobKey, JobRecord
 

@@ -70,8 +70,8 @@ def run(kubeconfig, log_format, verbose, **options) -> None:
 
 def _run_settings(enable_gang_scheduling, gang_scheduler_name, namespaces, all_namespaces, **options) -> Settings:
     """`tfop run`'s options, checked, as the one Settings object."""
-    from tfop.runtime.health import parse_bind_address
-    from tfop.runtime.lease import LeaseTiming
+    from tfop.kube.health import parse_bind_address
+    from tfop.kube.lease import LeaseTiming
 
     if all_namespaces and namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
@@ -92,9 +92,9 @@ def _run_settings(enable_gang_scheduling, gang_scheduler_name, namespaces, all_n
 def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
     """Run until stopped; a start-up failure or a vital task's death is one line and exit code 1."""
     from tfop.kube.kubeconfig import StartupError
-    from tfop.runtime.leader import LeadershipLost
+    from tfop.kube.leader import LeadershipLost
     from tfop.runtime.main import run_operator
-    from tfop.runtime.supervisor import VitalTaskDied
+    from tfop.kube.supervisor import VitalTaskDied
     from tfop.tools.event_loop import event_loop_runner
     from tfop.tools.startup import operator_preflight
 

@@ -276,7 +276,7 @@ def tfjob_schema(conv: _Converter) -> dict:
             "tfReplicaSpecs": _replica_specs(template),
             "runPolicy": _d("Clean-up, limits and scheduling of the job.", {
                 "type": "object",
-                # {} when unset (on create, and on read of jobs stored before): the Kubeflow SDK's
+                # {} when unset (on create, and on read of a job stored without it): the Kubeflow SDK's
                 # model requires it, and a job written as v1beta1 or v1alpha2 has none.
                 "default": {},
                 "properties": {

@@ -1,6 +1,6 @@
 """Deploy-side commands: `tfop manifests`, `tfop doctor`, `tfop gang enable|disable`.
 
-tfop/cli.py calls register(cli). Cluster commands use the current kubeconfig
+tfop/tools/cli.py calls register(cli). Cluster commands use the current kubeconfig
 (or in-cluster config) through the synchronous `kubernetes` client: a CLI makes
 a handful of calls and exits, so no event loop is needed.
 """

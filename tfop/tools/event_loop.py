@@ -1,8 +1,8 @@
 """Which event loop runs the operator: uvloop where it is installed, else asyncio's own.
 
-Measured (BENCHMARK.md, round 8): each kept-alive TLS connection to the apiserver costs ~320 KB of
-resident memory on asyncio's loop (its TLS layer fills a 256 KiB buffer per connection) and ~70 KB on
-uvloop's, so the 64 request connections alone are ~16 MB apart.
+Each kept-alive TLS connection to the apiserver costs ~320 KB of resident memory on asyncio's loop
+(its TLS layer fills a 256 KiB buffer per connection) and ~70 KB on uvloop's, so the 64 request
+connections alone are ~16 MB apart (measured: e2e/BENCHMARK.md).
 """
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def pod_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
     import kubernetes_validate
 
     # One pod a type (its last, the longest name): a type's pods differ only in name, index and
-    # TF_CONFIG, which the schemas do not check, and a check takes ~20 ms (thousands took minutes).
+    # TF_CONFIG, which the schemas do not check, and a check takes ~20 ms (thousands would take minutes).
     last = {(c["metadata"].get("labels") or {}).get(LABEL_TYPE, "?"): c
             for c in first_start_objects(obj, ctx) if c["kind"] == "Pod"}
     out = []

@@ -39,7 +39,7 @@ BASE_RULES: tuple[dict, ...] = (
     {"apiGroups": [""], "resources": ["pods", "services"],
      "verbs": ["create", "delete", "get", "list", "patch", "watch"]},
     # Events are posted as core v1 Events (kopf's own posting is off); a repeat is counted on the
-    # Event posted before with a merge patch (tfop/runtime/events.py).
+    # Event posted before with a merge patch (tfop/kube/events.py).
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 )
 # Leader election (`tfop run --leader-elect`, on in the deployed manifests): a Role in the

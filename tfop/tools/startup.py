@@ -8,6 +8,7 @@ traceback or retrying for ever against a server that is not there.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import tempfile
 from pathlib import Path
@@ -41,18 +42,23 @@ def check_credentials(kubeconfig: str | None, context: str | None, environ: Mapp
             tls_context(endpoint)
 
 
-def operator_credentials(kubeconfig: str | None, environ: Mapping[str, str] = os.environ):
-    """The operator's Credentials (tfop.kube.client), or a StartupError saying why there are none."""
-    from tfop.kube.client import Credentials
+def load_credentials(kubeconfig: str | None, context: str | None = None,
+                     environ: Mapping[str, str] = os.environ):
+    """The Credentials (tfop.kube.client) of every tfop command, or a StartupError saying why there are none."""
+    from tfop.kube.credentials import Credentials
 
-    check_credentials(kubeconfig, None, environ)
+    check_credentials(kubeconfig, context, environ)
     try:
-        return Credentials.load(kubeconfig)
+        return Credentials.load(kubeconfig, context, environ)
     except StartupError:
         raise
     except Exception as err:  # the official loader's own failures (auth providers, merged lists)
         where = f" from {kubeconfig}" if kubeconfig else ""
         raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {one_line(err)}") from None
+
+
+def operator_credentials(kubeconfig: str | None, environ: Mapping[str, str] = os.environ):
+    return load_credentials(kubeconfig, None, environ)
 
 
 async def probe(credentials: Any, timeout: float = PROBE_TIMEOUT_SECONDS) -> None:
@@ -84,30 +90,49 @@ async def operator_preflight(kubeconfig: str | None) -> None:
 
 def official_client(kubeconfig: str | None, context: str | None,
                     environ: Mapping[str, str] = os.environ, timeout: float = PROBE_TIMEOUT_SECONDS):
-    """An ApiClient of the official `kubernetes` package whose apiserver answered, or a StartupError.
+    """An ApiClient of the official `kubernetes` package, on the credentials `tfop run` loads
+    (load_credentials), whose apiserver answered; or a StartupError.
 
     Requests are not retried, so a server that goes away mid-command is one error, not
     three warnings and a traceback.
     """
-    from kubernetes import client, config
+    from kubernetes import client
 
-    check_credentials(kubeconfig, context, environ)
-    cfg = type.__call__(client.Configuration)  # a fresh one, not the process-wide default
-    cfg.retries = False
-    try:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-    except config.ConfigException as err:
-        if kubeconfig or context:
-            raise ConfigError(f"kubeconfig {kubeconfig or '(default)'}: {one_line(err)}") from None
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException as err2:
-            raise ConfigError(f"no usable kubeconfig, and not in a pod: {one_line(err2)}") from None
-    except Exception as err:  # the loader's other failures (an exec plugin that fails, ...)
-        raise ConfigError(f"cannot load credentials: {type(err).__name__}: {one_line(err)}") from None
-    api = client.ApiClient(configuration=cfg)
+    credentials = load_credentials(kubeconfig, context, environ)
+    api = client.ApiClient(configuration=official_configuration(credentials, asyncio.run(credentials.authenticate())))
     official_probe(api, timeout)
     return api
+
+
+def official_configuration(credentials: Any, plugin_said: Any = None) -> Any:
+    """The official client's Configuration for these credentials; `plugin_said` is what an exec
+    plugin printed (a token, or a client certificate and key, written to a private directory
+    removed when the command exits: the official client reads certificates from files only)."""
+    from kubernetes import client
+
+    cfg = type.__call__(client.Configuration)  # a fresh one, not the process-wide default
+    cfg.retries = False
+    cfg.host, cfg.verify_ssl = credentials.server, credentials.verify
+    cfg.proxy, cfg.tls_server_name = credentials.proxy, credentials.server_hostname
+    cfg.cert_file, cfg.key_file, cfg.ssl_ca_cert = credentials.cert_file, credentials.key_file, credentials.ca_file
+    pems = {"ca.crt": credentials.ca_data}
+    if plugin_said is not None and plugin_said.client_certificate:
+        pems.update({"client.crt": plugin_said.client_certificate, "client.key": plugin_said.client_key})
+    if any(pems.values()):
+        private = tempfile.TemporaryDirectory(prefix="tfop-cli-")
+        atexit.register(private.cleanup)
+        files = {}
+        for name, pem in pems.items():
+            if pem:
+                files[name] = Path(private.name) / name
+                files[name].write_text(pem)
+        cfg.ssl_ca_cert = str(files.get("ca.crt") or cfg.ssl_ca_cert or "") or None
+        cfg.cert_file = str(files.get("client.crt") or cfg.cert_file or "") or None
+        cfg.key_file = str(files.get("client.key") or cfg.key_file or "") or None
+    token = credentials.bearer()
+    if token:
+        cfg.api_key = {"authorization": f"Bearer {token}"}
+    return cfg
 
 
 def official_probe(api: Any, timeout: float = PROBE_TIMEOUT_SECONDS) -> None:

@@ -1,6 +1,6 @@
 """Never alive and idle: the operator's vital tasks are watched, and the first to end ends the process.
 
-A controller, an informer, the leader election or the probe server that stops (an exception, or
+A controller, an informer, the leader election or a server that stops (an exception, or
 a return that should never happen) leaves a process that looks alive and does nothing. Each is
 run here; when one ends, the others are cancelled and VitalTaskDied says which one and why, so
 the process exits non-zero and Kubernetes restarts it.
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Awaitable
-
-import aiohttp
 
 
 class VitalTaskDied(Exception):
@@ -54,23 +52,3 @@ async def stop_all(tasks) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def is_kopf_scan_leftover(context: dict) -> bool:
-    """kopf's start-up API scan runs its requests under asyncio.as_completed, which does not cancel
-    them when kopf is stopped: one still in flight fails once kopf's HTTP session closes, and asyncio
-    would print that failure, expected on the way out, as a Traceback ("never retrieved")."""
-    task, error = context.get("future"), context.get("exception")
-    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
-    code = getattr(coro, "cr_code", None)
-    return isinstance(error, aiohttp.ClientError) and code is not None and "/kopf/" in code.co_filename
-
-
-def quiet_kopf_scan_leftovers(loop: asyncio.AbstractEventLoop, logger) -> None:
-    """Past this point a kopf scan request ending with the session is one debug line, not a Traceback."""
-    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-        if is_kopf_scan_leftover(context):
-            logger.debug("a kopf API scan request ended with its session: %s", context["exception"])
-        else:
-            loop.default_exception_handler(context)
-    loop.set_exception_handler(handle)

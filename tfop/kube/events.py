@@ -1,13 +1,13 @@
-"""A job's Events, posted the way client-go's event recorder posts them: repeats counted, floods dropped.
+"""Events on an object, posted the way client-go's event recorder posts them: repeats counted, floods dropped.
 
-An Event identical to one posted recently (same job uid, type, reason and
+An Event identical to one posted recently (same object uid, type, reason and
 message) is not posted again: the posted one gets `count + n` and a new
-`lastTimestamp` through a merge patch, so a job that fails the same way every
-pass keeps one Event. When that Event has expired (404: the apiserver keeps
-Events for an hour) a new one is posted. Every job has a token bucket (burst 25,
+`lastTimestamp` through a merge patch, so an object that fails the same way every
+time keeps one Event. When that Event has expired (404: the apiserver keeps
+Events for an hour) a new one is posted. Every object has a token bucket (burst 25,
 one token back every 5 minutes): an Event that finds it empty is dropped, so
-one job in a loop cannot fill etcd with Events. Nothing here raises into the
-reconcile: a refused write is a warning, as a missing Event costs nothing but
+one object in a loop cannot fill etcd with Events. Nothing here raises into the
+caller: a refused write is a warning, as a missing Event costs nothing but
 information.
 
 EventBook is the pure part (the caches and buckets, with an injectable clock);
@@ -20,9 +20,8 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Hashable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, Mapping, Protocol, TypeVar
 
-from tfop.core.plan import Event
 from tfop.kube.client import KubeClient
 
 log = logging.getLogger("tfop.events")
@@ -34,6 +33,14 @@ SPAM_BURST = 25
 SPAM_REFILL_SECONDS = 300.0
 
 K = TypeVar("K", bound=Hashable)
+
+
+class Event(Protocol):
+    """What to post: an Event's type (Normal, Warning), reason and message."""
+    type: str
+    reason: str
+    message: str
+
 V = TypeVar("V")
 
 
@@ -94,7 +101,7 @@ class Posted:
 
 
 class EventBook:
-    """What the recorder remembers: every job's token bucket and the Events it posted lately."""
+    """What the recorder remembers: every object's token bucket and the Events it posted lately."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, entries: int = CACHE_ENTRIES,
                  burst: int = SPAM_BURST, refill_seconds: float = SPAM_REFILL_SECONDS):
@@ -103,7 +110,7 @@ class EventBook:
         self.posted: Lru[EventKey, Posted] = Lru(entries)
 
     def admit(self, uid: str, events: list[Event]) -> tuple[dict[EventKey, int], int]:
-        """Each Event takes a token from its job's bucket. Returns how many of each distinct Event
+        """Each Event takes a token from its object's bucket. Returns how many of each distinct Event
         got one (in the order first seen: one write each) and how many were dropped."""
         now = self.clock()
         bucket = self.buckets.get(uid)
@@ -138,7 +145,7 @@ class EventRecorder:
         self.book = book or EventBook()
 
     async def post(self, involved: Mapping[str, Any], events: list[Event], now: str) -> None:
-        """Record `events` on `involved` (a job): one write per distinct Event, at most."""
+        """Record `events` on `involved`: one write per distinct Event, at most."""
         if not events:
             return
         admitted, dropped = self.book.admit(involved_uid(involved), events)
@@ -151,7 +158,7 @@ class EventRecorder:
     async def _record(self, involved: Mapping[str, Any], key: EventKey, n: int, now: str) -> None:
         try:
             posted = await self._write(involved, key, n, now)
-        except Exception as err:  # noqa: BLE001 - an Event never fails the reconcile
+        except Exception as err:  # noqa: BLE001 - an Event never fails its caller
             meta = involved["metadata"]
             log.warning("could not post event %s on %s/%s: %s", key.reason, meta["namespace"], meta["name"], err)
             return

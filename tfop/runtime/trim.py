@@ -1,7 +1,7 @@
 """The small copies of API objects the operator keeps in memory.
 
 A reconcile reads little of each object: pods' phase, conditions and exit codes
-(tfop/pods.py), the job's spec and status. Keeping only that, as fresh dicts
+(tfop/api/pods.py), the job's spec and status. Keeping only that, as fresh dicts
 with interned strings (every pod repeats the same label keys, namespace and job
 name), is what keeps a cache of thousands of jobs' pods small: the parsed JSON
 of one pod is ~30 dicts and lists, its trimmed copy a handful.
@@ -86,7 +86,7 @@ def trim_conditions(conditions: list[Mapping[str, Any]]) -> list[dict]:
 
 
 def trim_pod_status(status: Mapping[str, Any], share: Callable[[Any], Any] = _no_sharing) -> dict:
-    """What tfop/pods.py and the gang backends read: phase, reason, conditions, exit codes, restarts."""
+    """What tfop/api/pods.py and the gang backends read: phase, reason, conditions, exit codes, restarts."""
     out: dict[str, Any] = {k: status[k] for k in ("phase", "reason") if k in status}
     if status.get("conditions"):
         out["conditions"] = share(trim_conditions(status["conditions"]))

@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io/v1 Lease (the rules are in tfop/runtime/lease.py).
+"""Leader election on a coordination.k8s.io/v1 Lease (the rules are in tfop/kube/lease.py).
 
 One replica reconciles; the others keep their caches warm and try for the Lease every retry
 period. The leader renews every retry period; when it has not renewed within the renew
@@ -17,8 +17,8 @@ from typing import Callable
 
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.kubeconfig import ConfigError
-from tfop.runtime import lease
-from tfop.runtime.lease import LEASE_API, LEASE_PLURAL, LeaseRecord, LeaseTiming
+from tfop.kube import lease
+from tfop.kube.lease import LEASE_API, LEASE_PLURAL, LeaseRecord, LeaseTiming
 
 log = logging.getLogger("tfop.leader")
 

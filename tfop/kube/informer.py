@@ -1,10 +1,9 @@
-"""Watch one kind of object by label and keep a copy of each in memory, trimmed or whole.
+"""List and watch one kind of object and keep a copy of each in memory, trimmed or whole.
 
-Children are kept trimmed (tfop/kube/trim.py: metadata and the parts of the
-status a reconcile reads, never the pod spec), so thousands of pods cost
-little memory; every change wakes the reconcile of the job the object belongs
-to. An informer can also keep whole objects and tell every change of every
-object (on_event), as a watch of TFJobs needs.
+An informer keeps what `trim` returns of each object (whole by default), indexes
+it under the key `key_of` gives (an owner: the caller decides what that is) and
+calls `on_change(key)` when an object under that key changed in a way the trimmed
+copy shows. It can also tell every change of every object (`on_event`).
 
 The cache only moves forward: a copy older than the one kept, or than a
 deletion seen (a tombstone), is dropped, whatever order the watch and our own
@@ -19,16 +18,14 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple
 
-from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
-from tfop.kube.trim import trim_child
-from tfop.runtime.jobs import JobKey
-from tfop.runtime.versions import later, version_of
+from tfop.kube.versions import later, version_of
 
 log = logging.getLogger("tfop.informer")
 Name = tuple[str, str]  # (namespace, name)
+Key = Hashable  # what key_of gives: the owner whose objects are looked at together
 
 # A tombstone stops the late answer of a request sent before the deletion; answers come within their
 # timeout (30 s, a LIST's 120 s), so one older than this protects nothing. At most this many are kept
@@ -57,9 +54,9 @@ def _later_incarnation(kept: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
 
 
 def _only_version_moved(kept: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
-    """The new copy equals the one it replaces but for its resourceVersion: nothing a reconcile reads of
-    it changed (the copies are trimmed to what it reads; it reads no resourceVersion of a child), so its
-    job has nothing to look at. A scheduler's counters and condition times, a kubelet's heartbeats."""
+    """The new copy equals the one it replaces but for its resourceVersion: nothing the trimmed copy keeps
+    changed (a scheduler's counters, a kubelet's heartbeats, trimmed away), so its owner has nothing new
+    to look at."""
     if before is None or kept.keys() != before.keys():
         return False
     meta, was = kept["metadata"], before["metadata"]
@@ -67,23 +64,11 @@ def _only_version_moved(kept: Mapping[str, Any], before: Mapping[str, Any] | Non
             and all(kept[k] == before[k] for k in kept if k != "metadata"))
 
 
-def default_key(obj: Mapping[str, Any]) -> JobKey | None:
-    meta = obj["metadata"]
-    job = (meta.get("labels") or {}).get(LABEL_JOB)
-    return (meta.get("namespace", ""), job) if job else None
+def _nothing(_key: Key) -> None:
+    return None
 
 
-def owner_key(obj: Mapping[str, Any]) -> JobKey | None:
-    """By the job-name label tfop stamps, else by the controlling TFJob: the upstream operator creates
-    its PodGroups without any label, and a job it started must still find its group under tfop."""
-    key = default_key(obj)
-    if key is not None:
-        return key
-    meta = obj["metadata"]
-    for ref in meta.get("ownerReferences") or []:
-        owner_api = str(ref.get("apiVersion", ""))
-        if ref.get("controller") and ref.get("kind") == KIND and owner_api.startswith(f"{GROUP}/"):
-            return (meta.get("namespace", ""), ref.get("name"))
+def no_key(_obj: Mapping[str, Any]) -> None:
     return None
 
 
@@ -151,26 +136,29 @@ class Backoff:
 
 
 class Cache:
-    """The objects of one kind as last known, by name and by job; the rules that keep it moving forward."""
+    """The objects of one kind as last known, by name and by key; the rules that keep it moving forward."""
 
-    def __init__(self, api_version: str, kind: str, on_change: Callable[[JobKey], None],
-                 key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
-                 on_gone: Callable[[JobKey, str], None] | None = None,
+    def __init__(self, api_version: str, kind: str, *,
+                 key_of: Callable[[Mapping[str, Any]], Key | None] = no_key,
+                 on_change: Callable[[Key], None] | None = None,
+                 on_gone: Callable[[Key, str], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
-                 trim: Callable[[Mapping[str, Any]], dict] | None = None,
+                 trim: Callable[[Mapping[str, Any]], dict] = dict,
                  clock: Callable[[], float] = time.monotonic):
-        self.api_version, self.kind, self.on_change, self.key_of = api_version, kind, on_change, key_of
-        self.on_gone = on_gone  # told once of each deleted object: its job's key and its name
+        self.api_version, self.kind, self.key_of = api_version, kind, key_of
+        self.on_change = on_change or _nothing  # told the key of an object that changed
+        self.on_gone = on_gone  # told once of each deleted object: its key and its name
         self.on_event = on_event  # told of every change: ("ADDED" | "MODIFIED" | "DELETED", object as kept)
-        self.trim = trim or trim_child  # or e.g. tfop.kube.trim.keep_whole, trim_group
+        self.trim = trim
         self.clock = clock
         self.objects: dict[Name, dict] = {}
-        self.by_job: dict[JobKey, set[Name]] = {}
+        self.by_key: dict[Key, set[Name]] = {}
         self.tombstones = Tombstones(clock=clock)
 
     # -- reads ------------------------------------------------------------------
-    def for_job(self, key: JobKey) -> list[dict]:
-        return [self.objects[n] for n in self.by_job.get(key, ()) if n in self.objects]
+    def for_key(self, key: Key) -> list[dict]:
+        """The objects kept under `key` (key_of's answer for each)."""
+        return [self.objects[n] for n in self.by_key.get(key, ()) if n in self.objects]
 
     def get(self, namespace: str, name: str) -> dict | None:
         return self.objects.get((namespace, name))
@@ -178,7 +166,7 @@ class Cache:
     # -- writes (from watch events and relists, and from our own API responses) --------
     def upsert(self, obj: Mapping[str, Any], tell: bool = True) -> None:
         """Keep `obj` if it is newer than what we have; unless told not to (our own create's answer), or
-        only its version moved, its job looks at it (on_change)."""
+        only its version moved, its key is told (on_change)."""
         meta = obj["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         current = self.objects.get(name)
@@ -198,7 +186,7 @@ class Cache:
         kept = self.objects[name] = self.trim(obj)
         key = self.key_of(obj)
         if key:
-            self.by_job.setdefault(key, set()).add(name)
+            self.by_key.setdefault(key, set()).add(name)
         if self.on_event is not None:
             self.on_event("ADDED" if current is None else "MODIFIED", kept)
         if key and tell and not _only_version_moved(kept, current):
@@ -233,11 +221,11 @@ class Cache:
     def _forget(self, name: Name, obj: Mapping[str, Any]) -> None:
         self.objects.pop(name, None)
         key = self.key_of(obj)
-        names = self.by_job.get(key) if key else None
+        names = self.by_key.get(key) if key else None
         if names is not None:
             names.discard(name)
             if not names:
-                del self.by_job[key]
+                del self.by_key[key]
 
     def _deleted(self, name: Name, obj: Mapping[str, Any]) -> None:
         """Remember the deletion (a tombstone) and tell it, once."""
@@ -284,19 +272,17 @@ class Cache:
 
 
 class Informer(Cache):
-    """A Cache filled by listing and watching, in each namespace (None: all of them)."""
+    """A Cache filled by listing and watching, in each namespace (None: all of them).
+
+    Informer(client, "v1", "pods", "Pod", ["ns"], label_selector="app=x", key_of=..., on_change=...);
+    every option is Cache's or says what to list: label_selector, field_selector, page_size, optional.
+    """
 
     def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
-                 namespaces: Iterable[str | None], label_selector: str | None,
-                 on_change: Callable[[JobKey], None],
-                 key_of: Callable[[Mapping[str, Any]], JobKey | None] = default_key,
-                 on_gone: Callable[[JobKey, str], None] | None = None,
-                 on_event: Callable[[str, dict], None] | None = None,
-                 trim: Callable[[Mapping[str, Any]], dict] | None = None,
-                 clock: Callable[[], float] = time.monotonic, page_size: int = LIST_PAGE_SIZE,
-                 field_selector: str | None = None, optional: bool = False):
-        super().__init__(api_version, kind, on_change, key_of=key_of, on_gone=on_gone,
-                         on_event=on_event, trim=trim, clock=clock)
+                 namespaces: Iterable[str | None] = (None,), *, label_selector: str | None = None,
+                 field_selector: str | None = None, page_size: int = LIST_PAGE_SIZE, optional: bool = False,
+                 **cache_options: Any):
+        super().__init__(api_version, kind, **cache_options)
         self.client, self.plural, self.label_selector, self.page_size = client, plural, label_selector, page_size
         self.namespaces = list(namespaces)
         self.field_selector = field_selector
@@ -331,7 +317,7 @@ class Informer(Cache):
                 if err.status not in (403, 404):
                     log.warning("%s watch (%s) failed, relisting in %.1fs: %s", self.plural, where, delay, err)
                 else:
-                    # A missing CRD or RBAC rule must not stall every other job: count as synced (empty), say it.
+                    # A missing CRD or RBAC rule must not stall the rest: count as synced (empty), say it.
                     level = logging.ERROR
                     if self.optional:  # said once; a resource not installed (404) is no error for it
                         level = logging.DEBUG if self.denied is not None else logging.INFO if err.status == 404 \
