@@ -290,10 +290,13 @@ class Bench:
         return w
 
     def profile(self, pid: int | None, label: str, ns: str) -> subprocess.Popen | None:
-        """TFOP_BENCH_PYSPY=1: py-spy over the tfop row's burst, collapsed stacks next to the results."""
-        if not (pid and os.environ.get("TFOP_BENCH_PYSPY") and label == "tfop"):
+        """TFOP_BENCH_PYSPY=1 (or a sampling rate, per second: 50 unless given): py-spy over the tfop
+        row's burst, collapsed stacks next to the results."""
+        rate = os.environ.get("TFOP_BENCH_PYSPY", "")
+        if not (pid and rate and label == "tfop"):
             return None
-        return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+        rate = rate if rate.isdigit() and int(rate) > 1 else "50"
+        return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", rate,
                                  "--nonblocking", "-o", str(self.log_dir / f"pyspy-{ns}.txt")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -103,3 +103,42 @@ def test_queues_for_volcano_only_and_only_for_a_gang_that_may_wait():
     other, _ = room("scheduler-plugins")
     assert other.queues is None and other.queue_states() is None
 
+
+
+def test_tfops_own_pods_are_counted_from_the_controllers_pod_informer():
+    """The controller's pod informer (tfop's pods in its namespaces) counts them here: bound and not
+    finished, with the same requests as the bound-pod watch; pods of one template share one dict."""
+    from tfop.kube.informer import Cache
+    from tfop.runtime.trim import trim_child
+
+    r, clock = room()
+    own = Cache("v1", "Pod", **r.counting_own_pods(trim_child))
+    r.nodes.upsert(node("a", 1))
+    unbound = pod("w0", 2, None)
+    own.upsert(unbound)
+    assert free(r, "a") == (4, 32)
+    own.upsert(pod("w0", 3, "a", gpus=2))
+    own.upsert(pod("w1", 4, "a", gpus=2))
+    clock.now += 10
+    assert free(r, "a") == (0, 31)
+    assert own.get("ns", "w0")["requests"] is own.get("ns", "w1")["requests"]
+    done = pod("w0", 5, "a", gpus=2)
+    done["status"]["phase"] = "Succeeded"
+    own.upsert(done)
+    clock.now += 10
+    assert free(r, "a") == (2, Fraction(63, 2))
+    own.remove(pod("w1", 6, "a", gpus=2))
+    clock.now += 10
+    assert free(r, "a") == (4, 32)
+
+
+def test_a_namespaced_operator_watches_its_own_pods_elsewhere_but_not_twice():
+    r = ClusterRoom(KubeClient(None), load_backend("volcano")[0], ["team-a", "team-b"])
+    assert [(i.label_selector, i.field_selector) for i in r.bound_pods] == [
+        ("training.kubeflow.org/operator-name!=tfjob-controller",
+         "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
+        ("training.kubeflow.org/operator-name=tfjob-controller",
+         "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed,metadata.namespace!=team-a,"
+         "metadata.namespace!=team-b")]
+    everywhere = ClusterRoom(KubeClient(None), load_backend("volcano")[0])
+    assert [i.label_selector for i in everywhere.bound_pods] == ["training.kubeflow.org/operator-name!=tfjob-controller"]

@@ -3,28 +3,35 @@
 Only with gang scheduling. Informers each keeping a few fields per object (tfop/runtime/trim.py):
 nodes (allocatable, Ready, cordoned, taints, labels), the pods bound to a node and not finished (a
 field selector, as kube-scheduler's own: their node and summed requests, never their spec), for
-Volcano its Queues (state), and Kueue's Workloads and LocalQueues. Each node's requested total is
-kept as pods come and go, so a snapshot (tfop.core.pending.Capacity) is built at most every
-SNAPSHOT_SECONDS, only when a waiting gang asks, anew only for the nodes that changed. A read the
-role does not grant leaves the sentence without capacity (one log line), never the operator stopped.
+Volcano its Queues (state), and Kueue's Workloads and LocalQueues. tfop's own pods in the namespaces
+it watches come from the controller's pod informer instead (counting_own_pods), so each pod is
+watched once. Each node's requested total is kept as pods come and go, so a snapshot
+(tfop.core.pending.Capacity) is built at most every SNAPSHOT_SECONDS, only when a waiting gang asks,
+anew only for the nodes that changed. A read the role does not grant leaves the sentence without
+capacity (one log line), never the operator stopped.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from datetime import datetime, timezone
+from functools import partial
+from sys import intern
 from typing import Any, Callable, Mapping
 
+from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME
 from tfop.core.pending import Capacity, NodeRoom, Taint
 from tfop.gang.base import GangBackend
 from tfop.gang.shape import pod_requests
 from tfop.kube.client import KubeClient
-from tfop.runtime.trim import trim_bound_pod, trim_local_queue, trim_node, trim_queue, trim_workload
 from tfop.kube.informer import Informer, Name
 from tfop.runtime.jobs import JobKey, owner_key
+from tfop.runtime.trim import milli, trim_identity, trim_local_queue, trim_node, trim_queue, trim_workload
 
 # Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+FINISHED = ("Succeeded", "Failed")
+OURS, NOT_OURS = f"{LABEL_OPERATOR}={OPERATOR_NAME}", f"{LABEL_OPERATOR}!={OPERATOR_NAME}"
 SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed since
 # Room freed (a bound pod gone, a node new or changed) wakes the waiting gangs this soon after, with a
 # snapshot built anew for them: a scheduler that retries a rejected gang only when its group changes
@@ -32,6 +39,31 @@ SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed 
 WAKE_SECONDS = 0.25
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
+
+
+def requests_key(pod: Mapping[str, Any]) -> tuple:
+    """What a pod's effective requests (gang.shape.pod_requests) are computed from, as the strings the
+    API holds: pods of one template share it, and the requests are computed once for all of them."""
+    spec = pod.get("spec") or {}
+
+    def asked(container: Mapping[str, Any]) -> tuple:
+        res = container.get("resources") or {}
+        return tuple(sorted({**(res.get("limits") or {}), **(res.get("requests") or {})}.items()))
+    return (tuple(asked(c) for c in spec.get("containers") or ()),
+            tuple((c.get("restartPolicy"), asked(c)) for c in spec.get("initContainers") or ()),
+            tuple(sorted((spec.get("overhead") or {}).items())))
+
+
+def usage(pod: Mapping[str, Any], shared: dict[tuple, dict[str, int]]) -> dict:
+    """{"nodeName", "requests"} of a bound pod, the requests in thousandths; pods of one template
+    share one dict of requests, computed once (bounded; never mutated)."""
+    key = requests_key(pod)
+    requests = shared.get(key)
+    if requests is None:
+        if len(shared) >= MAX_SHARED_REQUESTS:
+            shared.clear()
+        requests = shared[key] = {intern(k): milli(v, up=True) for k, v in pod_requests(pod).items()}
+    return {"nodeName": intern((pod.get("spec") or {}).get("nodeName") or ""), "requests": requests}
 
 
 class ClusterRoom:
@@ -42,9 +74,14 @@ class ClusterRoom:
         namespaces = namespaces or [None]
         self.nodes = Informer(client, "v1", "nodes", "Node", on_event=self._node_event, trim=trim_node,
                               optional=True)
-        self.pods = Informer(client, "v1", "pods", "Pod", field_selector=BOUND_AND_RUNNING, on_event=self._pod_event,
-                             trim=self._trim_pod, optional=True)
-        self.informers = [self.nodes, self.pods]
+        bound = partial(Informer, client, "v1", "pods", "Pod", on_event=self._pod_event, trim=self._trim_pod,
+                        optional=True)
+        self.pods = bound(label_selector=NOT_OURS, field_selector=BOUND_AND_RUNNING)
+        self.bound_pods = [self.pods]
+        if namespaces != [None]:  # tfop's pods in other namespaces (another tfop's jobs) take room too
+            elsewhere = "".join(f",metadata.namespace!={ns}" for ns in namespaces)
+            self.bound_pods.append(bound(label_selector=OURS, field_selector=BOUND_AND_RUNNING + elsewhere))
+        self.informers = [self.nodes, *self.bound_pods]
         self.queues = None
         queue = backend.queue_resource
         if queue is not None:
@@ -94,12 +131,18 @@ class ClusterRoom:
                 "cluster_queue": ((local or {}).get("spec") or {}).get("clusterQueue") or ""}
 
     def _trim_pod(self, pod: Mapping[str, Any]) -> dict:
-        kept = trim_bound_pod(pod, pod_requests(pod))
-        key = tuple(sorted(kept["requests"].items()))
-        if key not in self._shared and len(self._shared) >= MAX_SHARED_REQUESTS:
-            self._shared.clear()
-        kept["requests"] = self._shared.setdefault(key, kept["requests"])
-        return kept
+        """A bound pod as its node's usage: its identity, node and effective requests."""
+        return {**trim_identity(pod), **usage(pod, self._shared)}
+
+    def counting_own_pods(self, trim: Callable[[Mapping[str, Any]], dict]) -> dict[str, Callable]:
+        """The options of the controller's pod informer (tfop's pods in its namespaces) that count them
+        here: its trim, plus the node and requests of a pod bound and not finished; and its events."""
+        def trimmed(pod: Mapping[str, Any]) -> dict:
+            kept = trim(pod)
+            if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in FINISHED:
+                kept.update(usage(pod, self._shared))
+            return kept
+        return {"trim": trimmed, "on_event": self._pod_event}
 
     # -- keeping count -------------------------------------------------------------------------
     def _changed(self, _event: str, _obj: Mapping[str, Any]) -> None:
@@ -163,7 +206,7 @@ class ClusterRoom:
 
     # -- reading -----------------------------------------------------------------------------
     def known(self) -> bool:
-        return all(i.synced.is_set() and i.denied is None for i in (self.nodes, self.pods))
+        return all(i.synced.is_set() and i.denied is None for i in (self.nodes, *self.bound_pods))
 
     def snapshot(self) -> Capacity | None:
         """The nodes' room now (at most SNAPSHOT_SECONDS old), or None while it is unknown. Only the

@@ -94,23 +94,25 @@ class Controller:
         self.statuses = StatusWriter(client, self.call, self.queue.add_after)
 
     def _watch_children(self, namespaces: list[str | None]) -> None:
-        selector = f"{LABEL_OPERATOR}={OPERATOR_NAME}"
         child_changed = partial(self.queue.add_soon, delay=CHILD_BATCH_SECONDS)
         # TFJobs: our own informer rather than kopf's watch, whose relist after a 410 never reports
         # the jobs deleted meanwhile (their pods would be re-created and collected in a loop).
         self.tfjobs = Informer(self.client, TFJOB_API, PLURAL, KIND, namespaces, on_event=self.job_event,
                                trim=trim_job)
         shared = SharedParts()  # the parts every child of a template repeats, kept once
-        child = partial(Informer, self.client, "v1", label_selector=selector, key_of=label_key,
-                        on_change=child_changed, trim=partial(trim_child, shared=shared))
-        self.pods = child("pods", "Pod", namespaces, on_gone=self._pod_gone)
-        self.services = child("services", "Service", namespaces)
-        self.informers = [self.tfjobs, self.pods, self.services]
         self.groups = self.priorities = self.room = None
+        pods = {"trim": partial(trim_child, shared=shared)}
+        if self.backend is not None:
+            wake = partial(wake_waiting_gangs, self.jobs, self.queue.add)  # no pass waits for the room
+            self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake)
+            pods = self.room.counting_own_pods(pods["trim"])  # each pod watched once
+        child = partial(Informer, self.client, "v1", label_selector=f"{LABEL_OPERATOR}={OPERATOR_NAME}",
+                        key_of=label_key, on_change=child_changed)
+        self.pods = child("pods", "Pod", namespaces, on_gone=self._pod_gone, **pods)
+        self.services = child("services", "Service", namespaces, trim=partial(trim_child, shared=shared))
+        self.informers = [self.tfjobs, self.pods, self.services]
         if self.backend is None:
             return
-        wake = partial(wake_waiting_gangs, self.jobs, self.queue.add)  # no pass waits for the room
-        self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake)
         resource = self.backend.group_resource
         if resource is not None:
             # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.

@@ -154,7 +154,7 @@ def trim_job(body: Mapping[str, Any]) -> dict:
 
 
 # -- what explains a waiting gang: nodes, the pods bound to them, queues (tfop/runtime/capacity.py) --
-def _identity(obj: Mapping[str, Any]) -> dict:
+def trim_identity(obj: Mapping[str, Any]) -> dict:
     meta = obj.get("metadata") or {}
     out = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if meta.get(k)}
     for key in ("name", "namespace"):
@@ -188,20 +188,13 @@ def trim_node(node: Mapping[str, Any]) -> dict:
     taints = tuple((intern(t.get("key") or ""), t.get("value") or "", intern(t.get("effect") or ""))
                    for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))
     labels = _strings((node.get("metadata") or {}).get("labels"))  # for the pods' nodeSelector and affinity
-    return {**_identity(node), "allocatable": _quantities(status.get("allocatable")), "ready": ready,
+    return {**trim_identity(node), "allocatable": _quantities(status.get("allocatable")), "ready": ready,
             "unschedulable": bool(spec.get("unschedulable")), "taints": taints, "labels": labels}
-
-
-def trim_bound_pod(pod: Mapping[str, Any], requests: Mapping[str, Any]) -> dict:
-    """A pod bound to a node, as its node's usage: the node and the pod's effective requests."""
-    node = (pod.get("spec") or {}).get("nodeName") or ""
-    return {**_identity(pod), "nodeName": intern(node), "requests": {intern(k): milli(v, up=True)
-                                                                      for k, v in requests.items()}}
 
 
 def trim_queue(queue: Mapping[str, Any]) -> dict:
     """A scheduler's queue (Volcano's): its name and state."""
-    return {**_identity(queue), "state": intern(str((queue.get("status") or {}).get("state") or ""))}
+    return {**trim_identity(queue), "state": intern(str((queue.get("status") or {}).get("state") or ""))}
 
 
 def trim_workload(workload: Mapping[str, Any]) -> dict:
@@ -213,10 +206,10 @@ def trim_workload(workload: Mapping[str, Any]) -> dict:
     cluster_queue = (status.get("admission") or {}).get("clusterQueue")
     if cluster_queue:
         kept["admission"] = {"clusterQueue": cluster_queue}
-    return {**_identity(workload), "metadata": trim_meta(workload.get("metadata") or {}),
+    return {**trim_identity(workload), "metadata": trim_meta(workload.get("metadata") or {}),
             "spec": {"queueName": spec.get("queueName") or ""}, "status": kept}
 
 
 def trim_local_queue(queue: Mapping[str, Any]) -> dict:
     """A Kueue LocalQueue: which ClusterQueue it feeds."""
-    return {**_identity(queue), "spec": {"clusterQueue": (queue.get("spec") or {}).get("clusterQueue") or ""}}
+    return {**trim_identity(queue), "spec": {"clusterQueue": (queue.get("spec") or {}).get("clusterQueue") or ""}}
