@@ -491,7 +491,7 @@ def test_a_waiting_gang_is_rechecked_after_as_long_as_it_waited(waited, after):
 
 
 def _freed(seconds_ago, fits=True):
-    from tfop.core.pending import Capacity, NodeRoom
+    from tfop.core.room import Capacity, NodeRoom
     big = 10**9  # a gang of pods without requests fits any Ready node; none that is not Ready
     return Capacity((NodeRoom("n", {"cpu": big, "memory": big, "pods": big}, ready=fits),),
                     grew_at=NOW - timedelta(seconds=seconds_ago))
@@ -645,7 +645,7 @@ def _gpu_job():
 
 
 def _room(*free_per_node):
-    from tfop.core.pending import Capacity, NodeRoom
+    from tfop.core.room import Capacity, NodeRoom
     return Capacity(tuple(NodeRoom(f"n{i}", {"nvidia.com/gpu": 4000, "cpu": 32000},  # in thousandths
                                    {"nvidia.com/gpu": (4 - free) * 1000}) for i, free in enumerate(free_per_node)))
 

@@ -4,8 +4,10 @@ from fractions import Fraction
 import pytest
 
 from core_fixtures import container, model, pod_template, rspec, tfjob
-from tfop.core import pending
-from tfop.core.pending import Capacity, NodeRoom, QuotaShortage, Taint, Waiting
+from tfop.core import pending, quota, room
+from tfop.core.pending import Waiting
+from tfop.core.quota import QuotaShortage
+from tfop.core.room import Capacity, NodeRoom, Taint
 from tfop.gang.shape import compute_shape
 
 GPU = "nvidia.com/gpu"
@@ -189,12 +191,12 @@ KUEUE_TABLE = [
 
 @pytest.mark.parametrize("case,said,asked,expected", KUEUE_TABLE, ids=[r[0] for r in KUEUE_TABLE])
 def test_kueue_words_read_for_their_numbers(case, said, asked, expected):
-    assert pending.explain_quota(pending.kueue_shortage("team-a", "gpus", said, asked)) == expected
+    assert quota.explain_quota(quota.kueue_shortage("team-a", "gpus", said, asked)) == expected
 
 
 @pytest.mark.parametrize("case,shortage,expected", QUOTA_TABLE, ids=[r[0] for r in QUOTA_TABLE])
 def test_kueue_quota(case, shortage, expected):
-    assert pending.explain_quota(shortage) == expected
+    assert quota.explain_quota(shortage) == expected
 
 
 # (case, status, expected status.message: the Message column)
@@ -229,7 +231,7 @@ TOLERATION_TABLE = [
 
 @pytest.mark.parametrize("tolerations,taint,expected", TOLERATION_TABLE)
 def test_tolerations(tolerations, taint, expected):
-    assert pending.tolerates(tolerations, taint) is expected
+    assert room.tolerates(tolerations, taint) is expected
 
 
 # -- a job Kueue holds: status.admission through a whole pass (tfop/core/admission.py) ------------

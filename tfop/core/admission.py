@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from tfop.api import conditions
 from tfop.api.model import TFJob
-from tfop.core import pending
+from tfop.core import pending, quota
 from tfop.core.draft import Draft
 from tfop.gang.shape import pod_requests
 
@@ -46,7 +46,7 @@ def explain(job: TFJob, workload: Mapping[str, Any], cluster_queue: str) -> tupl
         return pending.Waiting(f"Kueue reserved quota for the job{where}; waiting for its admission checks"), said
     if reserved.get("status") != "False" or not said:
         return pending.Waiting(f"waiting for Kueue to admit the job from queue {local}"), said
-    return pending.explain_quota(pending.kueue_shortage(local, cluster_queue, said, asked(job))), said
+    return quota.explain_quota(quota.kueue_shortage(local, cluster_queue, said, asked(job))), said
 
 
 def record_admission(draft: Draft) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from tfop.children.templates import Templates
 from tfop.core.outcomes import FailedWrite
-from tfop.core.pending import Capacity
+from tfop.core.room import Capacity
 from tfop.core.settings import Settings
 from tfop.gang.base import GangBackend
 

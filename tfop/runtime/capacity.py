@@ -6,7 +6,7 @@ field selector, as kube-scheduler's own: their node and summed requests, never t
 Volcano its Queues (state), and Kueue's Workloads and LocalQueues. tfop's own pods in the namespaces
 it watches come from the controller's pod informer instead (counting_own_pods), so each pod is
 watched once. Each node's requested total is kept as pods come and go, so a snapshot
-(tfop.core.pending.Capacity) is built at most every SNAPSHOT_SECONDS, only when a waiting gang asks,
+(tfop.core.room.Capacity) is built at most every SNAPSHOT_SECONDS, only when a waiting gang asks,
 anew only for the nodes that changed. A read the role does not grant leaves the sentence without
 capacity (one log line), never the operator stopped.
 """
@@ -20,7 +20,7 @@ from sys import intern
 from typing import Any, Callable, Mapping
 
 from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME
-from tfop.core.pending import Capacity, NodeRoom, Taint
+from tfop.core.room import Capacity, NodeRoom, Taint
 from tfop.gang.base import GangBackend
 from tfop.gang.shape import pod_requests
 from tfop.kube.client import KubeClient

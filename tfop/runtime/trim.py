@@ -164,7 +164,7 @@ def trim_identity(obj: Mapping[str, Any]) -> dict:
 
 
 def milli(value: Any, up: bool = False) -> int:
-    """A quantity in thousandths of its unit, as tfop.core.pending.NodeRoom counts (ints add fast,
+    """A quantity in thousandths of its unit, as tfop.core.room.NodeRoom counts (ints add fast,
     and cost less memory than Fractions); requests round up, room down."""
     scaled = (value if isinstance(value, Fraction) else parse_quantity(value)) * 1000
     return math.ceil(scaled) if up else math.floor(scaled)
