@@ -433,3 +433,37 @@ def test_our_create_answer_is_kept_without_waking_its_job_and_the_watch_wakes_it
     assert rec.woken == []
     watch(inf, "MODIFIED", pod(rv="8", phase="Running"))
     assert rec.woken == [JOB] and inf.for_key(JOB)[0]["status"]["phase"] == "Running"
+
+
+def test_optional_informers_sharing_refusals_say_a_refusal_once_for_all(caplog):
+    """Two informers of one purpose (the pods bound to nodes, by two selectors) refused the same list:
+    one warning, not one each; a listing that works again lets the next refusal be said."""
+    denied = ApiError(403, {"message": "pods is forbidden"}, "GET", "/api/v1/pods")
+
+    class Refusing(KubeClient):
+        def __init__(self):
+            super().__init__(None)
+
+        def list_pages(self, *_args, **_kwargs):
+            async def fetch(_token):
+                raise denied
+            return paginate(fetch)
+
+    said: set = set()
+    informers = [Informer(Refusing(), "v1", "pods", "Pod", optional=True, refusals=said, field_selector=f)
+                 for f in ("a!=", "b!=")]
+
+    async def scenario():
+        tasks = [asyncio.create_task(i.run()) for i in informers]
+        await asyncio.sleep(0.2)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    with caplog.at_level("DEBUG", logger="tfop.informer"):
+        asyncio.run(scenario())
+    levels = [r.levelname for r in caplog.records if "cannot list pods" in r.getMessage()]
+    assert sorted(levels) == ["DEBUG", "WARNING"] and all(i.synced.is_set() for i in informers)
+    assert said == {(403, "pods", "all namespaces")}
+    listing = Informer(ScriptedPages([page([], "5")]), "v1", "pods", "Pod", optional=True, refusals=said)
+    asyncio.run(listing._relist(None))
+    assert said == set()

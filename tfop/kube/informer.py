@@ -275,12 +275,14 @@ class Informer(Cache):
     """A Cache filled by listing and watching, in each namespace (None: all of them).
 
     Informer(client, "v1", "pods", "Pod", ["ns"], label_selector="app=x", key_of=..., on_change=...);
-    every option is Cache's or says what to list: label_selector, field_selector, page_size, optional.
+    every option is Cache's or says what to list: label_selector, field_selector, page_size, optional
+    (and `refusals`, a set optional informers of one purpose share, so a refusal is said once for all).
     """
 
     def __init__(self, client: KubeClient, api_version: str, plural: str, kind: str,
                  namespaces: Iterable[str | None] = (None,), *, label_selector: str | None = None,
                  field_selector: str | None = None, page_size: int = LIST_PAGE_SIZE, optional: bool = False,
+                 refusals: set | None = None,
                  **cache_options: Any):
         super().__init__(api_version, kind, **cache_options)
         self.client, self.plural, self.label_selector, self.page_size = client, plural, label_selector, page_size
@@ -289,6 +291,7 @@ class Informer(Cache):
         # An optional informer (what only explains a wait, e.g. nodes) says once that it may not list,
         # then keeps trying quietly; `denied` holds the refusal until a listing succeeds.
         self.optional = optional
+        self.refusals = set() if refusals is None else refusals  # (status, plural, where) said already
         self.denied: ApiError | None = None
         self.synced = asyncio.Event()
         self._pending_syncs = len(self.namespaces)
@@ -320,7 +323,9 @@ class Informer(Cache):
                     # A missing CRD or RBAC rule must not stall the rest: count as synced (empty), say it.
                     level = logging.ERROR
                     if self.optional:  # said once; a resource not installed (404) is no error for it
-                        level = logging.DEBUG if self.denied is not None else logging.INFO if err.status == 404 \
+                        said = (err.status, self.plural, where) in self.refusals
+                        self.refusals.add((err.status, self.plural, where))
+                        level = logging.DEBUG if self.denied is not None or said else logging.INFO if err.status == 404 \
                             else logging.WARNING
                     self.denied = err
                     log.log(level, "cannot list %s (%s): %s; retrying in %.1fs (run `tfop doctor`)", self.plural,
@@ -363,6 +368,8 @@ class Informer(Cache):
             listed |= self.absorb(page.get("items") or [])
         self.sweep(namespace, listed, version)
         self.denied = None
+        self.refusals.difference_update({said for said in self.refusals
+                                         if said[1:] == (self.plural, namespace or "all namespaces")})
         self.last_contact = self.clock()
         return version
 

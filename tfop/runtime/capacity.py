@@ -75,7 +75,7 @@ class ClusterRoom:
         self.nodes = Informer(client, "v1", "nodes", "Node", on_event=self._node_event, trim=trim_node,
                               optional=True)
         bound = partial(Informer, client, "v1", "pods", "Pod", on_event=self._pod_event, trim=self._trim_pod,
-                        optional=True)
+                        optional=True, refusals=set())  # one refusal said for both
         self.pods = bound(label_selector=NOT_OURS, field_selector=BOUND_AND_RUNNING)
         self.bound_pods = [self.pods]
         if namespaces != [None]:  # tfop's pods in other namespaces (another tfop's jobs) take room too
