@@ -733,3 +733,53 @@ def test_a_gang_that_times_out_before_its_group_exists_gets_none():
     job, obs = _waiting()
     plan = run(job, replace(obs, group=None), ctx=ctx("volcano"))
     assert last_condition(plan.status)["type"] == "Failed" and plan.create_group is None
+
+
+# -- when the group's status is read -----------------------------------------------------------------------------
+GROUP_STATUSES_SEEN = [  # what schedulers write as a gang's pods start and run
+    {}, {"phase": "Pending", "conditions": [VOLCANO_UNSCHEDULABLE]}, {"phase": "Inqueue"},
+    {"phase": "Scheduled", "scheduled": 3}, {"phase": "Running", "scheduled": 3, "running": 2},
+    {"phase": "Running", "scheduled": 3, "running": 3}, {"phase": "Finished", "succeeded": 3}, {"phase": "Failed"},
+]
+
+
+def _decided(plan):
+    return (plan.status, plan.create_group, plan.create, plan.delete, plan.patch, plan.events, plan.requeue_after,
+            plan.delete_job)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_whole_gang_reads_no_group_status(name):
+    """What lets the runtime skip a pass for a status-only change of the group (the scheduler counting
+    members): once the gang is whole, no status of its group changes what a pass decides."""
+    job = with_status(gang_job(), **running_status())
+    plans = []
+    for status in GROUP_STATUSES_SEEN:
+        group = {**group_of(desired_group(name)), "status": status}
+        plan = run(job, Observed(pods=gang_pods(job, name), services=all_services(job), group=group), ctx=ctx(name))
+        assert plan.reads_group_status is False, status
+        plans.append(_decided(plan))
+    assert all(p == plans[0] for p in plans)
+
+
+# (what the pods are, the group's phase, read?)
+READS_GROUP_STATUS = [
+    ("none yet, no group", None, True),  # the gang waits: its group is created
+    ("none yet, group not admitted", "Pending", True),  # pods wait for admission
+    ("none yet, group admitted", "Inqueue", True),  # pods created; the gang waits for them
+    ("two of three running", "Running", True),
+    ("all running", "Running", False),
+]
+
+
+@pytest.mark.parametrize("desc, phase, reads", READS_GROUP_STATUS, ids=[r[0] for r in READS_GROUP_STATUS])
+def test_a_waiting_gang_reads_its_group_status(desc, phase, reads):
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    pods = []
+    if desc.startswith("two"):
+        pods = gang_pods(job)[:2] + [gang_pod(job, "Worker", 1, phase="Pending")]
+    elif desc.startswith("all"):
+        pods = gang_pods(job)
+    group = None if phase is None else group_of(desired_group("volcano"), phase=phase)
+    plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("volcano"))
+    assert plan.reads_group_status is reads

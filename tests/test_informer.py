@@ -12,7 +12,9 @@ from tfop.kube.client import ApiError, KubeClient, paginate
 from tfop.runtime.trim import keep_whole, trim_child
 from tfop.kube.informer import Backoff, Informer, Tombstones
 from tfop.kube.versions import later, newer
-from tfop.runtime.jobs import label_key
+from functools import partial
+
+from tfop.runtime.jobs import JobRecord, group_news_unread, label_key, owner_key
 
 NS, JOB = "ns", ("ns", "job")
 
@@ -467,3 +469,41 @@ def test_optional_informers_sharing_refusals_say_a_refusal_once_for_all(caplog):
     listing = Informer(ScriptedPages([page([], "5")]), "v1", "pods", "Pod", optional=True, refusals=said)
     asyncio.run(listing._relist(None))
     assert said == set()
+
+
+def test_a_whole_gangs_group_counting_its_members_wakes_no_job():
+    """The group informer's `quiet` (runtime.jobs.group_news_unread): once the job's last pass said the gang
+    is whole (Plan.reads_group_status False), a status-only change of its group queues no pass; a change
+    of its spec, metadata or existence still does, and every change does while the gang waits."""
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "job", "namespace": NS, "uid": "g", "resourceVersion": "1",
+                          "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job",
+                                               "controller": True, "uid": "j"}]},
+             "spec": {"minMember": 3}, "status": {"phase": "Scheduled", "scheduled": 3}}
+    record = JobRecord(body={"metadata": {"name": "job", "namespace": NS}})
+    woken = []
+    inf = Informer(None, "v1alpha1", "podgroups", "PodGroup", [NS], key_of=owner_key, on_change=woken.append,
+                   quiet=partial(group_news_unread, {JOB: record}))
+    versions = iter(range(2, 100))
+
+    def change(**parts):
+        nonlocal group
+        group = {**group, **parts, "metadata": {**group["metadata"], **parts.get("metadata", {}),
+                                                "resourceVersion": str(next(versions))}}
+        watch(inf, "MODIFIED", group)
+        return len(woken)
+
+    watch(inf, "ADDED", group)
+    assert change(status={"phase": "Scheduled", "scheduled": 3, "running": 1}) == 2  # the gang waits: read
+    record.reads_group_status = False
+    assert change(status={"phase": "Running", "scheduled": 3, "running": 3}) == 2
+    assert change(status={"phase": "Finished", "succeeded": 3}) == 2
+    assert change(spec={"minMember": 4}) == 3
+    assert change(metadata={"annotations": {"touched": "1"}}) == 4
+    watch(inf, "DELETED", {**group, "metadata": {**group["metadata"], "resourceVersion": "100"}})
+    assert woken == [JOB] * 5
+    record.reads_group_status = True
+    group = {**group, "metadata": {**group["metadata"], "uid": "g2", "resourceVersion": "101"}}
+    watch(inf, "ADDED", group)  # a fresh group for a restarted gang, which waits again
+    versions = iter(range(102, 200))
+    assert change(status={"phase": "Pending"}) == 7

@@ -111,6 +111,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     gang, fits = wait_status(draft, backend, shape, state)
     draft.status["gang"] = gang
     waiting = "reason" in gang
+    draft.plan.reads_group_status = waiting
     waited = draft.view.elapsed_since(gang.get("since"))
     if waiting:
         draft.plan.requeue(recheck_after(waited))

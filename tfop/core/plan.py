@@ -74,6 +74,11 @@ class Plan:
     # Learned from a refusal: an admission webhook refuses pods of groups not admitted yet, so from
     # now on every gang's pods wait for admission (Context.pods_before_admission turns False).
     pods_wait_for_admission: bool = False
+    # Whether the scheduler's status of the gang's group bears on this job's passes: while the gang
+    # waits (why, for how long) or its pods wait for the group's admission. Once the gang is whole,
+    # a change to that status alone (a scheduler counting members as they start) changes nothing a
+    # pass decides; the group's spec, owner and deletion, and the pods, still do.
+    reads_group_status: bool = False
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

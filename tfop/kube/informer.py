@@ -3,7 +3,8 @@
 An informer keeps what `trim` returns of each object (whole by default), indexes
 it under the key `key_of` gives (an owner: the caller decides what that is) and
 calls `on_change(key)` when an object under that key changed in a way the trimmed
-copy shows. It can also tell every change of every object (`on_event`).
+copy shows, unless `quiet(new, before)` says its owner need not look (both trimmed).
+It can also tell every change of every object (`on_event`).
 
 The cache only moves forward: a copy older than the one kept, or than a
 deletion seen (a tombstone), is dropped, whatever order the watch and our own
@@ -53,15 +54,21 @@ def _later_incarnation(kept: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     return bool(_uid(kept) and _uid(obj))  # different uids, versions not comparable: keep what we have
 
 
-def _only_version_moved(kept: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
+def only_version_moved(kept: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
     """The new copy equals the one it replaces but for its resourceVersion: nothing the trimmed copy keeps
     changed (a scheduler's counters, a kubelet's heartbeats, trimmed away), so its owner has nothing new
     to look at."""
+    return same_but(kept, before, ())
+
+
+def same_but(kept: Mapping[str, Any], before: Mapping[str, Any] | None, parts: tuple[str, ...]) -> bool:
+    """The new copy equals the one it replaces but for its resourceVersion and the top-level `parts`
+    (e.g. ("status",))."""
     if before is None or kept.keys() != before.keys():
         return False
     meta, was = kept["metadata"], before["metadata"]
     return (meta.keys() == was.keys() and all(meta[k] == was[k] for k in meta if k != "resourceVersion")
-            and all(kept[k] == before[k] for k in kept if k != "metadata"))
+            and all(kept[k] == before[k] for k in kept if k != "metadata" and k not in parts))
 
 
 def _nothing(_key: Key) -> None:
@@ -143,10 +150,12 @@ class Cache:
                  on_change: Callable[[Key], None] | None = None,
                  on_gone: Callable[[Key, str], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
+                 quiet: Callable[[dict, dict | None], bool] = only_version_moved,
                  trim: Callable[[Mapping[str, Any]], dict] = dict,
                  clock: Callable[[], float] = time.monotonic):
         self.api_version, self.kind, self.key_of = api_version, kind, key_of
         self.on_change = on_change or _nothing  # told the key of an object that changed
+        self.quiet = quiet  # (new copy, the one it replaces): True when the key need not be told
         self.on_gone = on_gone  # told once of each deleted object: its key and its name
         self.on_event = on_event  # told of every change: ("ADDED" | "MODIFIED" | "DELETED", object as kept)
         self.trim = trim
@@ -189,7 +198,7 @@ class Cache:
             self.by_key.setdefault(key, set()).add(name)
         if self.on_event is not None:
             self.on_event("ADDED" if current is None else "MODIFIED", kept)
-        if key and tell and not _only_version_moved(kept, current):
+        if key and tell and not self.quiet(kept, current):
             self.on_change(key)
 
     def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:

@@ -29,7 +29,7 @@ from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
 from tfop.kube.informer import Informer
-from tfop.runtime.jobs import JobKey, JobRecord, label_key, owner_key
+from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
 from tfop.kube.supervisor import first_of, stop_all
@@ -113,16 +113,15 @@ class Controller:
         self.informers = [self.tfjobs, self.pods, self.services]
         if self.backend is None:
             return
-        resource = self.backend.group_resource
-        if resource is not None:
+        if (resource := self.backend.group_resource) is not None:
             # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   key_of=owner_key, on_change=child_changed, trim=read)
-            self.informers.append(self.groups)
+                                   key_of=owner_key, on_change=child_changed, trim=read,
+                                   quiet=partial(group_news_unread, self.jobs))
         # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass")
-        self.informers.append(self.priorities)
+        self.informers += [informer for informer in (self.groups, self.priorities) if informer is not None]
 
     # -- inputs -------------------------------------------------------------------
     def job_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -228,6 +227,7 @@ class Controller:
         now = datetime.now(timezone.utc)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
                          normalized.problems, normalized.notes)
+        record.reads_group_status = plan.reads_group_status
         failures = await self.applier.write_objects(record, plan)
         retry = needs_retry(failures, plan)
         if plan.create_group is not None or plan.create:  # what blocked this try, for the next pass to say

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status
+from tfop.kube.informer import only_version_moved, same_but
 from tfop.kube.versions import later, newer, version_of
 
 JobKey = tuple[str, str]  # (namespace, job name)
@@ -51,6 +52,8 @@ class JobRecord:
     # The refusals that blocked the last pass that tried to create something, and when (Observed).
     refusals: tuple = ()
     refused_at: datetime | None = None
+    # The last pass's Plan.reads_group_status; until a pass says otherwise, every change is looked at.
+    reads_group_status: bool = True
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
     # job's pods, and the job itself changes far less often than its status (nearly every pass).
     _unstated: tuple[dict, Unstated] | None = field(default=None, repr=False)
@@ -111,3 +114,14 @@ class JobRecord:
         taken = frozenset(self.vanished)
         self.vanished.clear()
         return taken
+
+
+def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dict | None) -> bool:
+    """A change to a gang's group that no pass would read (the group informer's `quiet`): its version
+    alone, or its status alone while its job's last pass said the gang is whole (Plan.reads_group_status;
+    a scheduler counts members as they start, pod by pod)."""
+    if only_version_moved(group, before):
+        return True
+    key = owner_key(group)
+    record = jobs.get(key) if key is not None else None
+    return record is not None and not record.reads_group_status and same_but(group, before, ("status",))
