@@ -24,7 +24,8 @@ ENV PYTHONUNBUFFERED=1 \
 # Installed from the build stage's wheels only (--no-index): the image gets
 # exactly the versions that were built and tested there. The bind mount keeps
 # the wheels out of every layer. Templates, CRDs and rbac/ land in
-# <prefix>/share/tfop, where tfop.children.resources looks for them.
+# <data>/share/tfop (the install scheme's data directory), where
+# tfop.children.resources looks for them.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links=/wheels tfop \
  && groupadd --system --gid 65532 tfop \

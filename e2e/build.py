@@ -41,6 +41,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kubectl": "k8s.io/kubernetes/cmd/kubectl",
         "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",  # a real node's Services (the apiserver's)
     },
     "etcd": {"etcd": "go.etcd.io/etcd/server/v3"},
     # Cluster DNS of the real nodes: CoreDNS with only the plugins they use (main.go).

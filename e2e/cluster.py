@@ -77,7 +77,7 @@ EXTRA_ADMISSION_PLUGINS = ("OwnerReferencesPermissionEnforcement", "NodeRestrict
 KUBELET_API_CLIENT = "kube-apiserver-kubelet-client"
 # A probe instead of an HTTP health URL: containerd answers on its socket.
 CONTAINERD_PROBE = "probe:containerd"
-REAL_NODE_COMPONENTS = ("containerd", "coredns", "kubelet")
+REAL_NODE_COMPONENTS = ("containerd", "coredns", "kubelet", "kube-proxy")
 # DIR/AUDIT_LOG: one JSON line per request of a ServiceAccount (Metadata level: who, verb,
 # object, response code), so a test can compare what the operator did with what its role grants.
 AUDIT_LOG = "audit.log"
@@ -220,9 +220,13 @@ class Cluster:
             _install_sigterm_handler()
         for attempt in (1, 2):
             try:
-                c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps)
+                if real_nodes:  # the apiserver listens on the bridge's address, for the pods
+                    c._claim_real_node(realnode.PATHS)
+                    realnode.make_bridge()
+                c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps,
+                         address=realnode.NODE_IP if real_nodes else "127.0.0.1")
                 if real_nodes:
-                    c._start_real_node(tuple(node_images), timeout)
+                    c._start_real_node(tuple(node_images), timeout, tainted=gpu_nodes > 0)
                 return c
             except ClusterError as e:
                 c.down(keep_dir=True)  # keep logs/ for a post-mortem
@@ -375,6 +379,9 @@ class Cluster:
     def add_gpu_nodes(self, n: int, gpus: int = 1, *, wait: bool = True) -> list[str]:
         """Create n fake nodes (cpu 32, memory 256Gi, pods 110, nvidia.com/gpu
         = gpus) managed by kwok; returns their names."""
+        if self.state.get("real_nodes") and not self.state.get("real_node_tainted"):
+            raise ClusterError("this cluster's real node is not tainted (it was started alone): kwok tests' pods "
+                               "would land on it; start the cluster with gpu_nodes > 0")
         start = self.state.get("next_node", 0)
         names = [f"tfop-gpu-{i}" for i in range(start, start + n)]
         alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
@@ -426,7 +433,8 @@ class Cluster:
     # ---------- start-up ----------
 
     def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,
-               scheduler_qps: int | None = None) -> None:
+               scheduler_qps: int | None = None, address: str = "127.0.0.1") -> None:
+        """The control plane; the apiserver on `address` (a real node's pods reach it there)."""
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
             _rmtree(self.dir / sub)
         (self.dir / AUDIT_LOG).unlink(missing_ok=True)  # the apiserver appends: no earlier cluster's lines
@@ -436,8 +444,9 @@ class Cluster:
                                           "cosched", "cosched_ctrl_metrics", "cosched_ctrl_probe",
                                           "volcano_metrics", "volcano_healthz", "volcano_webhook",
                                           "koord", "kueue_webhook", "kueue_metrics", "kueue_health",
-                                          "kubelet_healthz", "coredns_health", "coredns_ready")}
-        server = f"https://127.0.0.1:{ports['apiserver']}"
+                                          "kubelet_healthz", "coredns_health", "coredns_ready",
+                                          "kube_proxy_healthz", "kube_proxy_metrics")}
+        server = f"https://{address}:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
                       "next_node": 0, "scheduler_qps": scheduler_qps}
         self._save()
@@ -458,7 +467,7 @@ class Cluster:
         (d / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         self._spawn("kube-apiserver", [
             build.binary("kube-apiserver"), "--etcd-servers", etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--bind-address", address, "--advertise-address", address,
             "--secure-port", p["apiserver"],
             "--tls-cert-file", pk / "apiserver.crt", "--tls-private-key-file", pk / "apiserver.key",
             "--client-ca-file", pk / "ca.crt", "--authorization-mode", "Node,RBAC",
@@ -472,9 +481,9 @@ class Cluster:
             "--kubelet-client-key", pk / f"{KUBELET_API_CLIENT}.key",
             "--kubelet-certificate-authority", pk / "ca.crt",
             "--kubelet-preferred-address-types", "InternalIP",
-            # No real network: don't publish a loopback address as the
-            # `kubernetes` Service endpoint (validation rejects it anyway).
-            "--endpoint-reconciler-type", "none",
+            # The `kubernetes` Service's endpoint is the apiserver's address, when pods can
+            # reach it; never a loopback address (validation rejects it anyway).
+            "--endpoint-reconciler-type", "none" if address.startswith("127.") else "lease",
             "--enable-admission-plugins", ",".join(EXTRA_ADMISSION_PLUGINS),
             "--audit-policy-file", d / "audit-policy.yaml", "--audit-log-path", d / AUDIT_LOG,
             "--audit-log-format", "json", "--audit-log-mode", "blocking",  # written before the answer
@@ -723,23 +732,24 @@ class Cluster:
             "--port", "0"], health=f"https://127.0.0.1:{port}/healthz")
         self._wait_healthy("koord-scheduler", timeout)
 
-    def _start_real_node(self, node_images: tuple[str, ...], timeout: float) -> None:
-        """containerd, CoreDNS and a kubelet on this machine (e2e.realnode): a Ready node whose
-        pods really run. Stale host state of a crashed run is removed first."""
+    def _start_real_node(self, node_images: tuple[str, ...], timeout: float, tainted: bool) -> None:
+        """containerd, CoreDNS, a kubelet and kube-proxy on this machine (e2e.realnode): a Ready node
+        whose pods really run, tainted when kwok nodes share the cluster."""
         from e2e import images
 
-        paths = realnode.PATHS
-        self._claim_real_node(paths)
+        paths = realnode.PATHS  # claimed by up(), before the apiserver started on its bridge
         built = images.ensure(["pause", *node_images])
         self.state["node_images"] = {name: image.ref for name, image in built.items()}
         self.state["real_nodes"] = [realnode.NODE_NAME]
+        self.state["real_node_tainted"] = tainted
         self._save()
         pk, kc = self.pki, self.dir / "kubeconfigs"
         node = realnode.NODE_NAME
         pki.make_cert(pk, "kubelet-client", f"/O=system:nodes/CN=system:node:{node}")
         pki.make_cert(pk, "kubelet", f"/CN={node}", server_sans=[f"IP:{realnode.NODE_IP}", f"DNS:{node}"])
         pki.make_cert(pk, "coredns", "/O=system:masters/CN=tfop-e2e-coredns")
-        for name, cert in (("kubelet", "kubelet-client"), ("coredns", "coredns")):
+        pki.make_cert(pk, "kube-proxy", "/CN=system:kube-proxy")  # bound to system:node-proxier by default
+        for name, cert in (("kubelet", "kubelet-client"), ("coredns", "coredns"), ("kube-proxy", "kube-proxy")):
             (kc / f"{name}.kubeconfig").write_text(_kubeconfig(self.server, pk / "ca.crt", {
                 "client-certificate": str(pk / f"{cert}.crt"), "client-key": str(pk / f"{cert}.key")}))
         self.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -749,7 +759,8 @@ class Cluster:
                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                   "name": KUBELET_API_CLIENT}]})
         ports = self.state["ports"]
-        realnode.prepare_host(paths, built["pause"].ref, kc / "coredns.kubeconfig", ports, pk)
+        kubeconfigs = {name: kc / f"{name}.kubeconfig" for name in ("coredns", "kube-proxy")}
+        realnode.prepare_host(paths, built["pause"].ref, kubeconfigs, ports, pk, SERVICE_CIDR, tainted)
         self._spawn("containerd", ["containerd", "--config", paths.containerd_config], health=CONTAINERD_PROBE)
         self._wait_healthy("containerd", timeout)
         for image in built.values():
@@ -763,6 +774,9 @@ class Cluster:
                     health=f"http://127.0.0.1:{ports['kubelet_healthz']}/healthz")
         self._wait_healthy("kubelet", timeout)
         self._wait(f"node {node} Ready", lambda: self._node_ready(node), timeout, "kubelet")
+        self._spawn("kube-proxy", realnode.kube_proxy_command(build.binary("kube-proxy"), paths),
+                    health=f"http://127.0.0.1:{ports['kube_proxy_healthz']}/healthz")
+        self._wait_healthy("kube-proxy", timeout)
 
     def _claim_real_node(self, paths: "realnode.Paths") -> None:
         """One real-node cluster per machine: refuse while another one runs, clean up after one
@@ -779,6 +793,20 @@ class Cluster:
     def _owns_real_node(self) -> bool:
         owner = realnode.PATHS.owner
         return bool(self.state.get("real_nodes")) or (owner.exists() and Path(owner.read_text().strip()) == self.dir)
+
+    def load_node_image(self, name: str) -> str:
+        """Build (unless cached) and import an e2e.images image into the real node's containerd; its ref."""
+        from e2e import images
+
+        if not self._owns_real_node():
+            raise ClusterError("this cluster has no real node")
+        image = images.ensure([name])[name]
+        t0 = time.monotonic()
+        realnode.import_image(realnode.PATHS, image.archive, image.ref)
+        print(f"[e2e.cluster] image {image.ref} in containerd ({time.monotonic() - t0:.1f}s)", flush=True)
+        self.state.setdefault("node_images", {})[name] = image.ref
+        self._save()
+        return image.ref
 
     def node_image(self, name: str) -> str:
         """The reference of an e2e.images image imported into the real node's containerd."""
@@ -818,7 +846,7 @@ class Cluster:
         pki.make_ca(d)
         pki.make_sa_keypair(d)
         pki.make_cert(d, "apiserver", "/CN=kube-apiserver", server_sans=[
-            "IP:127.0.0.1", "DNS:localhost", "IP:10.0.0.1", "DNS:kubernetes",
+            "IP:127.0.0.1", "DNS:localhost", f"IP:{realnode.NODE_IP}", "IP:10.0.0.1", "DNS:kubernetes",
             "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
             "DNS:kubernetes.default.svc.cluster.local"])
         # Control-plane components use their built-in RBAC identities; kwok and

@@ -8,17 +8,25 @@ pinned requirements), so a second run builds nothing and an input that changes m
 - base:  Debian bookworm minbase (debootstrap) with python3 and ca-certificates.
 - tf:    base plus a layer with TensorFlow (CPU) and its dependencies, installed by the
          host's pip for bookworm's Python 3.11 (pip in a chroot lacks the host's CA bundle).
+- python: base plus pip, as `python:3.11-slim` behaves (`python` and `pip` on PATH, pip installs
+         system-wide), trusting what this machine trusts (its CA bundle: the package index is
+         reached through a proxy whose CA only the host has). The operator's PYTHON_IMAGE.
+- operator: the project's own Dockerfile built by buildah (Debian's package: no daemon, and no
+         Docker engine runs here), with PYTHON_IMAGE the python image; its dependencies come
+         from the package index in the Dockerfile's build stage, as in any build of it.
 
 Archives go to ~/.cache/tfop-e2e/images (or $TFOP_E2E_IMAGE_CACHE), beside e2e.build's binaries.
-Building needs root (debootstrap, chroot), gcc with a static libc (libc6-dev) and GNU tar.
+Building needs root (debootstrap, chroot), gcc with a static libc (libc6-dev), GNU tar and
+buildah.
 
-    python -m e2e.images [--images pause,base,tf] [--force] [--check]
+    python -m e2e.images [--images pause,base,tf,python,operator] [--force] [--check]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -40,8 +48,8 @@ from e2e import build
 # Part of every key: changing how archives or layers are made must not reuse old archives.
 FORMAT_VERSION = "1"
 REGISTRY = "tfop.local"
-IMAGES = ("pause", "base", "tf")  # dependency order
-PARENT = {"tf": "base"}
+IMAGES = ("pause", "base", "tf", "python", "operator")  # dependency order
+PARENT = {"tf": "base", "python": "base", "operator": "python"}
 
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "ca-certificates")
@@ -74,7 +82,21 @@ CHECK_COMMANDS = {
     "pause": ["/pause", "-v"],
     "base": ["python3", "-c", "import ssl, sys; print(sys.version.split()[0], ssl.OPENSSL_VERSION)"],
     "tf": ["python3", "-c", "import tensorflow as tf; print('tensorflow', tf.__version__)"],
+    "python": ["pip", "--version"],
+    "operator": ["tfop", "--version"],
 }
+# pip for the python image: pinned, so its key names its contents.
+PIP_REQUIREMENT = "pip==25.3"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+PIP_SCRIPT = """#!/usr/bin/python3
+import sys
+from pip._internal.cli.main import main
+sys.exit(main())
+"""
+# What the Dockerfile's COPY lines read, besides the Dockerfile: the operator's key hashes them.
+REPO = Path(__file__).resolve().parent.parent
+OPERATOR_INPUTS = ("Dockerfile", "pyproject.toml", "setup.cfg", "constraints.txt", "README.md", "tfop", "templates",
+                   "crds", "rbac")
 
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
@@ -130,6 +152,11 @@ def image_key(name: str) -> str:
     if name == "tf":
         return content_key(FORMAT_VERSION, name, image_key("base"), TARGET_PYTHON, *_wheel_platforms(),
                            *TF_REQUIREMENTS)
+    if name == "python":
+        return content_key(FORMAT_VERSION, name, image_key("base"), PIP_REQUIREMENT, PIP_SCRIPT,
+                           HOST_CA_BUNDLE.read_bytes())
+    if name == "operator":
+        return content_key(FORMAT_VERSION, name, image_key("python"), *_operator_inputs())
     raise ImageError(f"unknown image {name!r}; known: {', '.join(IMAGES)}")
 
 
@@ -282,7 +309,67 @@ def _build_tf(work: Path) -> tuple[dict, list]:
     return PYTHON_CONFIG, [LayerBlob(base.archive, d) for d in read_manifest(base.archive)[1]] + [layer]
 
 
-RECIPES = {"pause": _build_pause, "base": _build_base, "tf": _build_tf}
+def _build_python(work: Path) -> tuple[dict, list]:
+    wheels = cache_dir() / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "download", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "--dest", str(wheels),
+          PIP_REQUIREMENT], "python: pip download")
+    layer = work / "layer"
+    site_packages = _layer_dirs(layer, SITE_PACKAGES)
+    _run([*pip, "install", "--no-index", "--no-deps", "--find-links", str(wheels), "--target", str(site_packages),
+          PIP_REQUIREMENT], "python: pip install")
+    shutil.rmtree(site_packages / "bin", ignore_errors=True)  # scripts naming the host's interpreter
+    bin_dir = _layer_dirs(layer, "usr/local/bin")
+    for name in ("pip", "pip3"):
+        (bin_dir / name).write_text(PIP_SCRIPT)
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "python").symlink_to("/usr/bin/python3")
+    shutil.copy(HOST_CA_BUNDLE, _layer_dirs(layer, "etc/ssl/certs") / "ca-certificates.crt")
+    (layer / "etc" / "pip.conf").write_text(f"[global]\ncert = /{HOST_CA_BUNDLE.relative_to('/')}\n")
+    # Debian marks its Python as managed by apt; an image's own Python is the image's to install into.
+    config = {"Env": [PATH_ENV, "LANG=C.UTF-8", "PIP_BREAK_SYSTEM_PACKAGES=1"], "Cmd": ["python3"]}
+    base = image("base")
+    return config, [LayerBlob(base.archive, d) for d in read_manifest(base.archive)[1]] + [layer]
+
+
+def _operator_inputs() -> list[str]:
+    """Each file the build reads, as `path sha256`, in order (no bytecode caches: the build context's
+    own, which the wheel leaves out)."""
+    entries = []
+    for top in OPERATOR_INPUTS:
+        root = REPO / top
+        files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.is_file()
+                                                    and "__pycache__" not in f.parts and f.suffix != ".pyc")
+        entries += [f"{f.relative_to(REPO)} {hashlib.sha256(f.read_bytes()).hexdigest()}" for f in files]
+    return entries
+
+
+def _build_operator(work: Path) -> tuple[dict, list]:
+    """buildah builds the Dockerfile as docker would (two stages, a bind mount from the first), its
+    storage in the work dir; its layers are written as ours, uncompressed (buildah keeps the base's
+    layers as it pulled them, compressed or not)."""
+    python = image("python")
+    tag = f"{REGISTRY}/operator:build"
+    buildah = ["buildah", "--root", str(work / "storage"), "--runroot", str(work / "run"),
+               "--storage-driver", "overlay"]
+    _run([*buildah, "pull", "--quiet", f"oci-archive:{python.archive}"], "operator: python image into buildah")
+    # chroot isolation: each RUN in a chroot of the build's root file system, on the host's network
+    # (the package index), without a runtime's namespaces; the Dockerfile is not changed for it.
+    _run([*buildah, "build", "--isolation", "chroot", "--network", "host", "--pull-never",
+          "--build-arg", f"PYTHON_IMAGE={python.ref}", "--file", str(REPO / "Dockerfile"), "--tag", tag, str(REPO)],
+         "operator: buildah build (Dockerfile)")
+    layout = work / "layout"
+    _run([*buildah, "push", "--disable-compression", tag, f"oci:{layout}"], "operator: buildah push")
+    index = json.loads((layout / "index.json").read_text())
+    blob = lambda digest: layout / "blobs" / "sha256" / digest.removeprefix("sha256:")  # noqa: E731
+    manifest = json.loads(blob(index["manifests"][0]["digest"]).read_text())
+    config = json.loads(blob(manifest["config"]["digest"]).read_text())["config"]
+    _run([*buildah, "rmi", "--all", "--force"], "operator: buildah storage emptied")
+    return config, [blob(layer["digest"]) for layer in manifest["layers"]]
+
+
+RECIPES = {"pause": _build_pause, "base": _build_base, "tf": _build_tf, "python": _build_python,
+           "operator": _build_operator}
 
 
 def _layer_dirs(root: Path, inside: str) -> Path:
@@ -384,9 +471,16 @@ def _json(value: dict) -> bytes:
 
 @contextlib.contextmanager
 def _layer_stream(layer: Path | LayerBlob) -> Iterator[BinaryIO]:
+    """A layer as a tar stream: a blob of another archive, a tar file as it is, or a directory."""
     if isinstance(layer, LayerBlob):
         with tarfile.open(layer.archive, "r:") as tar:
             yield tar.extractfile("blobs/sha256/" + layer.digest.removeprefix("sha256:"))
+        return
+    if layer.is_file():  # a builder's blob: uncompressed here, whatever it was stored as
+        with open(layer, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open if gzipped else open)(layer, "rb") as stream:
+            yield stream
         return
     # The top-level entries are named, not ".", so the layer sets no mode on the image's root.
     entries = sorted(os.listdir(layer))

@@ -2,13 +2,18 @@
 
 Pods on it run real processes (runc containers, a CNI bridge, cluster DNS), so TFJobs really
 train. Everything it changes on the host lives under HOST_ROOT, on the bridge BRIDGE, in the
-cgroup subtree kubepods, in the iptables chains KUBELET_CHAINS and in KUBELET_SYSCTLS, and
+cgroup subtree kubepods, in the iptables chains named KUBE-* and in KUBELET_SYSCTLS, and
 `teardown()` undoes all of it from what is on disk, so it also cleans up after a crashed run.
 Those are machine-wide (the bridge, port 10250, the cgroups), hence one real-node cluster per
 machine at a time.
 
-e2e.cluster runs containerd, coredns and kubelet as its components (started, restarted and
-stopped like the others); this module makes their configuration and the host state around them.
+e2e.cluster runs containerd, coredns, kubelet and kube-proxy as its components (started,
+restarted and stopped like the others); this module makes their configuration and the host
+state around them.
+
+Pods reach the apiserver as in a cluster: it listens on NODE_IP (the bridge's address, which
+only this machine has), the `kubernetes` Service's endpoint is that address, kube-proxy turns
+the Service's address into it, and each pod has a route to the Service range via the bridge.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -34,14 +40,17 @@ POD_SUBNET = "10.99.0.0/24"
 POD_RANGE = ("10.99.0.10", "10.99.0.250")
 KUBELET_PORT = 10250  # the apiserver reaches the kubelet at NODE_IP:KUBELET_PORT
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-# Apart from the kwok GPU nodes: only a pod that tolerates REAL_NODE_TAINT and selects
-# REAL_NODE_LABEL lands here, so no kwok test ever does.
+# In a cluster with kwok GPU nodes too, only a pod that tolerates REAL_NODE_TAINT and selects
+# REAL_NODE_LABEL lands here, so no kwok test ever does. Alone, the node is not tainted: every pod
+# of that cluster is meant for it, the operator's Deployment among them (applied as users do).
 REAL_NODE_LABEL = ("tfop.test/node", "real")
 REAL_NODE_TAINT = {"key": "tfop.test/real-node", "value": "true", "effect": "NoSchedule"}
 CLUSTER_DOMAIN = "cluster.local"
-# What a kubelet 1.34 makes on the host besides its files (pkg/kubelet/kubelet_network_linux.go,
-# cm/container_manager_linux.go's setupKernelTunables): teardown removes and restores these.
-KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+# What a kubelet 1.34 and kube-proxy make on the host besides their files: iptables chains named
+# KUBE-* (the kubelet's KUBE-FIREWALL and canaries, kube-proxy's per-Service chains), and the
+# kubelet's kernel settings (cm/container_manager_linux.go's setupKernelTunables). Nothing else on
+# the machine runs Kubernetes, so every KUBE-* chain is the node's: teardown removes them all.
+NODE_CHAIN_PREFIX = "KUBE-"
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -49,9 +58,12 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 # state dir: a shim removes its socket when it exits cleanly, not when killed.
 CONTAINERD_FIXED_STATE = Path("/run/containerd")
 POD_CGROUP = "kubepods"  # the kubelet's cgroupfs root for pods (cgroupRoot "/")
-REQUIRED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables")
+REQUIRED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables", "iptables-restore",
+                     "conntrack", "buildah")
 REQUIRED_CNI = ("bridge", "host-local", "loopback")
-DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "debootstrap")
+# buildah builds the operator's image from its Dockerfile (e2e.images), for the pods of its Deployment.
+DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "debootstrap",
+                   "buildah")
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,10 @@ class Paths:
     @property
     def pod_logs(self) -> Path:
         return self.root / "pod-logs"
+
+    @property
+    def kube_proxy_config(self) -> Path:
+        return self.root / "kube-proxy.yaml"
 
     @property
     def corefile(self) -> Path:
@@ -177,16 +193,17 @@ state = "{paths.containerd_state}"
 """
 
 
-def cni_config(paths: Paths) -> dict:
-    # No gateway, no masquerade, no default route, ip_forward untouched: pods reach each other
-    # and NODE_IP on the bridge, and no packet of theirs leaves it.
+def cni_config(paths: Paths, service_cidr: str) -> dict:
+    # No masquerade, no default route, ip_forward untouched: pods reach each other and NODE_IP on
+    # the bridge, and the Service range through NODE_IP (kube-proxy's rules answer there, on this
+    # machine); no packet of theirs leaves it.
     return {
         "cniVersion": "0.4.0", "name": "tfop-e2e",
         "plugins": [{
             "type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
             "ipam": {"type": "host-local", "dataDir": str(paths.root / "ipam"),
                      "ranges": [[{"subnet": POD_SUBNET, "rangeStart": POD_RANGE[0], "rangeEnd": POD_RANGE[1]}]],
-                     "routes": []},
+                     "routes": [{"dst": service_cidr, "gw": NODE_IP}]},
         }],
     }
 
@@ -216,7 +233,7 @@ def corefile(kubeconfig: Path, health_port: int, ready_port: int) -> str:
 """
 
 
-def kubelet_config(paths: Paths, pki: Path, healthz_port: int) -> dict:
+def kubelet_config(paths: Paths, pki: Path, healthz_port: int, tainted: bool) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "address": NODE_IP, "port": KUBELET_PORT, "readOnlyPort": 0,
@@ -232,7 +249,7 @@ def kubelet_config(paths: Paths, pki: Path, healthz_port: int) -> dict:
         "podLogsDir": str(paths.pod_logs),
         "clusterDNS": [NODE_IP], "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(paths.root / "resolv.conf"),  # not the host's search domains
-        "registerWithTaints": [REAL_NODE_TAINT],
+        "registerWithTaints": [REAL_NODE_TAINT] if tainted else [],
         "failSwapOn": False, "makeIPTablesUtilChains": False,
         "serializeImagePulls": False,
         # The machine's disk is shared with builds and caches: evict only when it is nearly full,
@@ -250,6 +267,24 @@ def kubelet_command(kubelet: Path, paths: Paths, kubeconfig: Path) -> list:
             "--node-labels", f"{REAL_NODE_LABEL[0]}={REAL_NODE_LABEL[1]}", "--v", "1"]
 
 
+def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> dict:
+    """iptables mode, serving only on this machine, touching no kernel setting: no NodePort on
+    localhost (that needs route_localnet), conntrack limits and timeouts left as they are."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": NODE_NAME, "bindAddress": NODE_IP, "mode": "iptables",
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}", "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "clusterCIDR": POD_SUBNET, "nodePortAddresses": [f"{NODE_IP}/32"],
+        "iptables": {"localhostNodePorts": False},
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }
+
+
+def kube_proxy_command(kube_proxy: Path, paths: Paths) -> list:
+    return [kube_proxy, "--config", paths.kube_proxy_config, "--v", "1"]
+
+
 def placement() -> dict:
     """What a pod spec needs to land on the real node (nodeSelector and toleration)."""
     return {"nodeSelector": {REAL_NODE_LABEL[0]: REAL_NODE_LABEL[1]},
@@ -259,22 +294,29 @@ def placement() -> dict:
 
 # ---------- host state: make ----------
 
-def prepare_host(paths: Paths, pause_ref: str, coredns_kubeconfig: Path, ports: dict, pki: Path) -> None:
-    """Files and the bridge the node's processes need, after any stale state is gone."""
+def make_bridge() -> None:
+    """The pods' bridge with NODE_IP, before the apiserver starts: it listens there."""
+    _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
+    _run("ip", "link", "set", BRIDGE, "up")
+
+
+def prepare_host(paths: Paths, pause_ref: str, kubeconfigs: dict[str, Path], ports: dict, pki: Path,
+                 service_cidr: str, tainted: bool) -> None:
+    """Files the node's processes need (the bridge is made already: make_bridge)."""
     for sub in ("containerd", "run", "cni", "kubelet", "pod-logs", "ipam"):
         (paths.root / sub).mkdir(parents=True, exist_ok=True)
     paths.containerd_config.write_text(containerd_config(paths, pause_ref))
-    (paths.cni_conf_dir / "10-tfop-e2e.conflist").write_text(json.dumps(cni_config(paths), indent=1))
+    (paths.cni_conf_dir / "10-tfop-e2e.conflist").write_text(json.dumps(cni_config(paths, service_cidr), indent=1))
     (paths.root / "resolv.conf").write_text(f"nameserver {NODE_IP}\n")
-    paths.corefile.write_text(corefile(coredns_kubeconfig, ports["coredns_health"], ports["coredns_ready"]))
-    paths.kubelet_config.write_text(yaml.safe_dump(kubelet_config(paths, pki, ports["kubelet_healthz"])))
+    paths.corefile.write_text(corefile(kubeconfigs["coredns"], ports["coredns_health"], ports["coredns_ready"]))
+    paths.kubelet_config.write_text(yaml.safe_dump(kubelet_config(paths, pki, ports["kubelet_healthz"], tainted)))
+    paths.kube_proxy_config.write_text(yaml.safe_dump(kube_proxy_config(
+        kubeconfigs["kube-proxy"], ports["kube_proxy_healthz"], ports["kube_proxy_metrics"])))
     if not paths.sysctls.exists():  # after a crash, the file still holds the values from before
         paths.sysctls.write_text(json.dumps({k: _read_sysctl(k) for k in KUBELET_SYSCTLS}))
     if not CONTAINERD_FIXED_STATE.exists():
         paths.made_fixed_state.touch()
-    _run("ip", "link", "add", BRIDGE, "type", "bridge")
-    _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
-    _run("ip", "link", "set", BRIDGE, "up")
 
 
 def containerd_ready(paths: Paths) -> bool:
@@ -306,7 +348,7 @@ def leftovers(paths: Paths = PATHS) -> dict[str, list[str]]:
         "processes": [f"{pid} {cmd[:200]}" for pid, cmd in _node_processes(paths)],
         "mounts": _mounts_under(paths.root),
         "links": [BRIDGE] if Path(f"/sys/class/net/{BRIDGE}").exists() else [],
-        "iptables chains": _kubelet_chains(),
+        "iptables chains": _node_chains(),
         "cgroups": [str(p) for p in _pod_cgroups()],
     }
 
@@ -329,7 +371,7 @@ def teardown(paths: Paths = PATHS) -> None:
         _run("ip", "link", "delete", BRIDGE, check=False)
     for cgroup in sorted(_pod_cgroups(), key=lambda p: len(p.parts), reverse=True):
         _rmdir_cgroup(cgroup)
-    _delete_kubelet_chains()
+    _delete_node_chains()
     if paths.sysctls.exists():
         for key, value in json.loads(paths.sysctls.read_text()).items():
             if value is not None:
@@ -423,7 +465,7 @@ def _rmdir_cgroup(cgroup: Path) -> None:
             time.sleep(0.1)
 
 
-def _kubelet_chains() -> list[str]:
+def _node_chains() -> list[str]:
     found = []
     for tool in ("iptables", "ip6tables"):
         if shutil.which(tool) is None:
@@ -431,19 +473,27 @@ def _kubelet_chains() -> list[str]:
         for table in ("filter", "nat", "mangle"):
             rules = _run(tool, "-w", "-t", table, "-S", check=False).stdout.splitlines()
             found += [f"{tool} {table} {line.split()[1]}" for line in rules
-                      if line.startswith("-N ") and line.split()[1] in KUBELET_CHAINS]
+                      if line.startswith("-N ") and line.split()[1].startswith(NODE_CHAIN_PREFIX)]
     return found
 
 
-def _delete_kubelet_chains() -> None:
-    for entry in _kubelet_chains():
+def _delete_node_chains() -> None:
+    """The jumps into KUBE-* chains from the built-in ones, then every KUBE-* chain (emptied first:
+    they jump to each other)."""
+    chains: dict[tuple[str, str], list[str]] = {}
+    for entry in _node_chains():
         tool, table, chain = entry.split()
+        chains.setdefault((tool, table), []).append(chain)
+    for (tool, table), names in chains.items():
         for line in _run(tool, "-w", "-t", table, "-S", check=False).stdout.splitlines():
-            words = line.split()
-            if words[0] == "-A" and f"-j {chain}" in line:  # jumps from other chains first
+            words = shlex.split(line)  # comments are quoted: "kubernetes service portals"
+            if words[0] == "-A" and not words[1].startswith(NODE_CHAIN_PREFIX) and "-j" in words \
+                    and words[words.index("-j") + 1].startswith(NODE_CHAIN_PREFIX):
                 _run(tool, "-w", "-t", table, "-D", *words[1:], check=False)
-        _run(tool, "-w", "-t", table, "-F", chain, check=False)
-        _run(tool, "-w", "-t", table, "-X", chain, check=False)
+        for chain in names:
+            _run(tool, "-w", "-t", table, "-F", chain, check=False)
+        for chain in names:
+            _run(tool, "-w", "-t", table, "-X", chain, check=False)
 
 
 def _remove_container_log_links(paths: Paths) -> None:

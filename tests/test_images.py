@@ -68,6 +68,31 @@ def test_tf_key_follows_its_requirements(monkeypatch):
     assert images.image_key("tf") != tf
 
 
+def test_the_operator_key_reads_what_the_dockerfile_copies():
+    """Every path a COPY line names is an input of the operator's key, and nothing else but the Dockerfile."""
+    copied = set()
+    for line in (images.REPO / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied |= {w.rstrip("*") for w in words[1:-1]}
+    assert copied | {"Dockerfile"} == set(images.OPERATOR_INPUTS)
+
+
+def test_the_operator_key_follows_its_sources_and_the_python_image_not_bytecode(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    small_layer(repo, {name: name for name in images.OPERATOR_INPUTS if "." in name or name == "Dockerfile"})
+    small_layer(repo, {"tfop/__init__.py": "", "templates/pod.j2": "", "crds/c.yaml": "", "rbac/r.yaml": ""})
+    monkeypatch.setattr(images, "REPO", repo)
+    key, python = images.image_key("operator"), images.image_key("python")
+    small_layer(repo, {"tfop/__pycache__/__init__.cpython-311.pyc": "bytecode", "e2e/x.py": "not copied"})
+    assert images.image_key("operator") == key
+    small_layer(repo, {"tfop/__init__.py": "__version__ = '1'"})
+    assert images.image_key("operator") != key
+    key = images.image_key("operator")
+    monkeypatch.setattr(images, "PIP_REQUIREMENT", "pip==1.0")
+    assert images.image_key("python") != python and images.image_key("operator") != key
+
+
 def test_pause_key_follows_the_source_and_the_command_stamps_the_release(fake_pause_source):
     key = images.image_key("pause")
     assert "-DVERSION=v3.10.1-v1.2.3" in images._pause_command(fake_pause_source)

@@ -1,10 +1,12 @@
 """Find the data directories (crds/, templates/, rbac/) shipped with tfop.
 
-Installed, they live inside the package as tfop/_data/<dir>; in a source
-checkout they sit at the repository root. An older tfop's install has them under
-<prefix>/share/tfop/<dir>.
+Installed from the wheel, they live under <data>/share/tfop/<dir>, where <data> is the
+install scheme's data directory: sys.prefix in a venv or an image's own Python, /usr/local
+for pip into Debian's or Ubuntu's system Python. In a source checkout they sit at the
+repository root.
 """
 import sys
+import sysconfig
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent  # the tfop package
@@ -13,9 +15,9 @@ _PKG = Path(__file__).resolve().parent.parent  # the tfop package
 def resource_path(*parts: str) -> Path:
     """Path of a shipped resource, e.g. resource_path("crds", "kubeflow.org_tfjobs.yaml")."""
     candidates = [
-        _PKG / "_data",
         _PKG.parent,
         Path(sys.prefix) / "share" / "tfop",
+        Path(sysconfig.get_paths()["data"]) / "share" / "tfop",
     ]
     for base in candidates:
         path = base.joinpath(*parts)

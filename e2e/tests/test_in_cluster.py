@@ -1,0 +1,268 @@
+"""tfop as users run it: its image, built from the project's own Dockerfile (e2e.images "operator"),
+in the Deployment its manifests make, on the real node (e2e.realnode). The pods reach the apiserver
+only as pods do in a cluster: the `kubernetes` Service through kube-proxy, the projected token and
+CA; two replicas elect one leader, and a gang TFJob trains under it to Succeeded.
+
+The cluster's real node is untainted (no kwok node shares it), so the Deployment lands there as
+applied, with nothing of it changed but the image (kustomize's own `images:`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e import realnode
+from e2e.tests.test_install import _helm
+from e2e.tests.lifecycle_helpers import Env
+from e2e.tests.realnode_helpers import (TRAIN_SECONDS, container_id, describe_pods, running, sigkill_process,
+                                        wait_finished)
+from e2e.training import replica, tfjob, workload_configmap
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "kubeflow"  # the manifests' namespace
+DEPLOYMENT = "tfop"
+LEASE = "tfop"
+READY_SECONDS = 180  # two pods: an image already on the node, Python start-up, caches synced
+TRAIN = ["--steps", "40", "--target-loss", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def operator_ref(real_cluster) -> str:
+    return real_cluster.load_node_image("operator")
+
+
+def kustomize_overlay(directory: Path, base: Path, ref: str) -> Path:
+    """An overlay of `base` that only swaps the image, as a user pins a release's image."""
+    name, _, tag = ref.rpartition(":")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(base, directory)],
+        "images": [{"name": "tfop", "newName": name, "newTag": tag}]}))
+    return directory
+
+
+def remove_install(cluster, rendered: list[dict]) -> None:
+    """Everything an install made but the CRD (the cluster's other tests keep their TFJobs), and the
+    Lease its replicas took."""
+    kept = [o for o in rendered if o["kind"] != "CustomResourceDefinition"]
+    cluster.kubectl("delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": kept}), timeout=150)
+    cluster.kubectl("delete", "lease", LEASE, "-n", NAMESPACE, "--ignore-not-found", check=False)
+
+
+def operator_pods(cluster) -> list[dict]:
+    out = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=tfop", "-o", "json")
+    return [p for p in json.loads(out.stdout)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def wait_ready_pods(cluster, count: int, timeout: float = READY_SECONDS) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    pods: list[dict] = []
+    while time.monotonic() < deadline:
+        pods = operator_pods(cluster)
+        if len(pods) == count and all(ready(p) for p in pods):
+            return pods
+        time.sleep(1)
+    logs = [cluster.kubectl("logs", "-n", NAMESPACE, p["metadata"]["name"], "--tail", "30", check=False).stdout
+            for p in pods]
+    raise AssertionError(f"not {count} operator pods Ready in {timeout:.0f}s: "
+                         f"{[(p['metadata']['name'], (p.get('status') or {}).get('phase')) for p in pods]}\n"
+                         + "\n".join(logs))
+
+
+def leader_identity(cluster) -> str:
+    out = cluster.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
+    return json.loads(out.stdout)["spec"].get("holderIdentity", "") if out.returncode == 0 else ""
+
+
+def reconciles(log: str) -> bool:
+    """The replica logged that it leads and reconciles (tfop.runtime.controller.run)."""
+    return any(line.rstrip().endswith(" reconciling") for line in log.splitlines())
+
+
+def wait_leader(cluster, names: set[str], timeout: float = 60) -> str:
+    """The pod holding the Lease, once one of `names` does."""
+    deadline = time.monotonic() + timeout
+    while holder_pod(leader_identity(cluster)) not in names and time.monotonic() < deadline:
+        time.sleep(1)
+    leader = holder_pod(leader_identity(cluster))
+    assert leader in names, f"Lease {NAMESPACE}/{LEASE} held by {leader_identity(cluster)!r}, pods {names}"
+    return leader
+
+
+def holder_pod(identity: str) -> str:
+    """tfop's identity is `<hostname>_<random>`; a pod's hostname is its name."""
+    return identity.rpartition("_")[0]
+
+
+def helm(cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    kubeconfig = ["--kubeconfig", str(cluster.dir / "kubeconfig")]
+    proc = subprocess.run([_helm(), *kubeconfig, *args], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return proc
+
+
+def test_helm_install_runs_two_replicas_one_leading(real_cluster, operator_ref):
+    """Runs first: the kustomize install below (module-scoped) makes the same objects."""
+    name, _, tag = operator_ref.rpartition(":")
+    helm(real_cluster, "install", "tfop", str(REPO / "charts" / "tfop"), "--namespace", NAMESPACE,
+         "--create-namespace", "--set", f"image.repository={name}", "--set", f"image.tag={tag}",
+         "--set", "gang.schedulerName=volcano", "--wait", "--timeout", f"{READY_SECONDS}s")
+    try:
+        pods = wait_ready_pods(real_cluster, 2)
+        assert {p["spec"]["containers"][0]["image"] for p in pods} == {operator_ref}
+        names = {p["metadata"]["name"] for p in pods}
+        leader = wait_leader(real_cluster, names)
+        assert leader in names
+    finally:
+        helm(real_cluster, "uninstall", "tfop", "--namespace", NAMESPACE, "--wait")
+        real_cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=150)
+
+
+@pytest.fixture(scope="module")
+def kustomize_install(real_cluster, operator_ref, tmp_path_factory):
+    """The gang-volcano overlay with the image swapped, applied as its header says; its pods Ready."""
+    base = REPO / "manifests" / "overlays" / "gang-volcano"
+    overlay = kustomize_overlay(tmp_path_factory.mktemp("kustomize") / "overlay", base, operator_ref)
+    rendered = [o for o in yaml.safe_load_all(real_cluster.kubectl("kustomize", str(overlay)).stdout) if o]
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == operator_ref
+    real_cluster.kubectl("apply", "--server-side", "-k", str(overlay), timeout=120)
+    try:
+        yield wait_ready_pods(real_cluster, 2)
+    finally:
+        remove_install(real_cluster, rendered)
+
+
+def host_pid(pod: dict) -> int:
+    """The container's main process as this machine sees it (containerd's task)."""
+    cid = container_id(pod)
+    for line in realnode.ctr(realnode.PATHS, "tasks", "list").stdout.splitlines()[1:]:
+        task, pid, *_ = line.split()
+        if task == cid:
+            return int(pid)
+    raise AssertionError(f"no task {cid} in containerd")
+
+
+def test_kustomize_install_runs_two_replicas_one_leading_and_a_gang_job_trains(
+        real_cluster, real_namespace, operator_ref, kustomize_install):
+    pods = kustomize_install
+    names = {p["metadata"]["name"] for p in pods}
+    assert {p["spec"]["nodeName"] for p in pods} == {"tfop-node-0"}
+    container = pods[0]["spec"]["containers"][0]
+    assert container["image"] == operator_ref and "--gang-scheduler-name" in " ".join(container["args"])
+    # the in-cluster path: the Service's environment and the projected token, nothing else
+    env_names = {e["name"] for e in container.get("env") or []}
+    assert not env_names & {"KUBECONFIG"}, env_names
+    leader = wait_leader(real_cluster, names)
+    standby = (names - {leader}).pop()
+    standby_log = real_cluster.kubectl("logs", "-n", NAMESPACE, standby, check=False).stdout
+    assert "standby: caches warm" in standby_log and not reconciles(standby_log), standby_log[-3000:]
+
+    env = Env(real_cluster, real_namespace)
+    real_cluster.apply(workload_configmap(real_namespace))
+    tf = real_cluster.node_image("tf")
+    env.apply(tfjob("gang", {"Chief": replica(tf, 1, TRAIN), "Worker": replica(tf, 2, TRAIN)}))
+    pods = env.wait("3 pods Running", lambda: running(env, "gang", 3), TRAIN_SECONDS, job="gang")
+    assert {p["spec"]["schedulerName"] for p in pods} == {"volcano"}
+    assert {p["metadata"]["annotations"].get("scheduling.k8s.io/group-name") for p in pods} == {"gang"}
+    job = wait_finished(env, "gang")
+    succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in job["status"]["conditions"])
+    assert succeeded, f"{json.dumps(job['status'])}\n{describe_pods(env, 'gang')}"
+    leader_log = real_cluster.kubectl("logs", "-n", NAMESPACE, leader, check=False).stdout
+    assert reconciles(leader_log), leader_log[-3000:]
+
+
+def metrics(pod: dict) -> dict[str, float]:
+    """The pod's /metrics, from its `metrics` port at the pod's address (unlabelled samples)."""
+    port = next(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"] if p["name"] == "metrics")
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if not s.labels}
+
+
+def test_the_pods_run_as_uid_65532_on_a_read_only_root_and_serve_metrics(real_cluster, kustomize_install):
+    leading = []
+    for pod in kustomize_install:
+        pid = host_pid(pod)
+        uids = next(line.split()[1:] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("Uid:"))
+        assert set(uids) == {"65532"}, uids
+        root = next(line.split() for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+                    if line.split()[4] == "/")
+        assert "ro" in root[5].split(","), root
+        leading.append(metrics(pod)["tfop_leader"])
+    assert sorted(leading) == [0.0, 1.0], leading
+
+
+LEASE_SECONDS, RETRY_SECONDS = 15.0, 2.0  # tfop run's defaults (client-go's)
+CREATE_SECONDS = 10.0  # from a Lease taken to a new job's pods created, on a busy machine
+
+
+def sleeper(image: str, n: int) -> dict:
+    """Replicas that run until deleted, asking for little: the jobs here test the operator, not TF."""
+    return {"replicas": n, "restartPolicy": "Never", "template": {"spec": {
+        "containers": [{"name": "tensorflow", "image": image, "command": ["sleep", "3600"],
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+        "terminationGracePeriodSeconds": 1}}}
+
+
+def created_once(cluster, since: int, namespace: str) -> None:
+    """Every pod, service and PodGroup of `namespace` was created by exactly one successful request."""
+    creates: dict[tuple[str, str], int] = {}
+    for entry in cluster.audit_entries(since):
+        ref = entry.get("objectRef") or {}
+        if (entry.get("verb") == "create" and ref.get("namespace") == namespace
+                and ref.get("resource") in ("pods", "services", "podgroups")
+                and (entry.get("responseStatus") or {}).get("code") == 201):
+            key = (ref["resource"], ref.get("name") or "")
+            creates[key] = creates.get(key, 0) + 1
+    assert creates and all(n == 1 for n in creates.values()), creates
+
+
+@pytest.mark.parametrize("how", ["deleted", "sigkilled"])
+def test_the_standby_takes_over_when_the_leader_goes(real_cluster, real_namespace, kustomize_install, how):
+    """Deleted: the leader releases the Lease as it stops, the standby takes it at its next try.
+    SIGKILLed through containerd: nothing is released; the standby takes the Lease once it expires.
+    Either way another replica leads within a lease and a retry of the leader going (the standby,
+    or the killed container started again, whichever tries first), and creates the next job's pods;
+    no object is created twice (audit log)."""
+    names = {p["metadata"]["name"] for p in wait_ready_pods(real_cluster, 2)}
+    leader = wait_leader(real_cluster, names)
+    identity = leader_identity(real_cluster)
+    since = real_cluster.audit_offset()
+    env = Env(real_cluster, real_namespace)
+    tf = real_cluster.node_image("tf")
+    env.apply(tfjob("before", {"Worker": sleeper(tf, 2)}))
+    env.wait("2 pods Running", lambda: running(env, "before", 2), TRAIN_SECONDS, job="before")
+    pod = next(p for p in operator_pods(real_cluster) if p["metadata"]["name"] == leader)
+    went = time.monotonic()
+    if how == "deleted":
+        real_cluster.kubectl("delete", "pod", "-n", NAMESPACE, leader, "--wait=false")
+    else:
+        sigkill_process(pod)
+    env.apply(tfjob("after", {"Worker": sleeper(tf, 2)}))
+    env.wait("another replica leading", lambda: leader_identity(real_cluster) not in ("", identity),
+             LEASE_SECONDS + RETRY_SECONDS + 5, job="after")
+    took_over = time.monotonic() - went
+    assert took_over <= LEASE_SECONDS + RETRY_SECONDS + 2, took_over
+    env.wait("the next job's pods created", lambda: len(env.pods("after")) == 2, CREATE_SECONDS, job="after")
+    env.wait("2 pods Running", lambda: running(env, "after", 2), TRAIN_SECONDS, job="after")
+    wait_ready_pods(real_cluster, 2)  # the Deployment's new pod, or the restarted container, as standby
+    created_once(real_cluster, since, real_namespace)
