@@ -13,6 +13,7 @@ import os
 import subprocess
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,66 @@ def test_the_standby_takes_over_when_the_leader_goes(real_cluster, real_namespac
     env.wait("2 pods Running", lambda: running(env, "after", 2), TRAIN_SECONDS, job="after")
     wait_ready_pods(real_cluster, 2)  # the Deployment's new pod, or the restarted container, as standby
     created_once(real_cluster, since, real_namespace)
+
+
+def writers_in_turn(entries: list[dict], namespace: str) -> list[str]:
+    """The source addresses of the writes to `namespace`'s objects, in order, one entry per turn: a
+    replica that writes again after another one did shows up twice."""
+    turns: list[str] = []
+    for entry in sorted(entries, key=lambda e: e.get("requestReceivedTimestamp", "")):
+        ref = entry.get("objectRef") or {}
+        if ref.get("namespace") != namespace or entry.get("verb") not in ("create", "update", "patch", "delete"):
+            continue
+        if ref.get("resource") not in ("pods", "services", "podgroups", "tfjobs", "events"):
+            continue
+        source = (entry.get("sourceIPs") or ["?"])[0]
+        if not turns or turns[-1] != source:
+            turns.append(source)
+    return turns
+
+
+def test_a_rolling_update_hands_over_without_a_gap_or_two_writers(real_cluster, real_namespace, kustomize_install):
+    """An argument changed: the Deployment rolls (maxSurge 1, maxUnavailable 0). Watched every 0.5 s,
+    the Lease is never unheld or unrenewed for longer than a lease; jobs submitted meanwhile all get
+    their pods; and no replica writes again once another one has (audit log, by pod address)."""
+    since = real_cluster.audit_offset()
+    env = Env(real_cluster, real_namespace)
+    tf = real_cluster.node_image("tf")
+    old = {p["metadata"]["name"] for p in operator_pods(real_cluster)}
+    real_cluster.kubectl("patch", "deployment", DEPLOYMENT, "-n", NAMESPACE, "--type=json", "-p", json.dumps(
+        [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--max-concurrent-requests=24"}]))
+    renewed: list[float] = []  # wall times at which the Lease was seen held and freshly renewed
+    jobs, started, last_job = [], time.monotonic(), 0.0
+    while time.monotonic() - started < READY_SECONDS:
+        out = real_cluster.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
+        spec = json.loads(out.stdout)["spec"] if out.returncode == 0 else {}
+        if spec.get("holderIdentity") and spec.get("renewTime"):
+            renewed.append(_time_of(spec["renewTime"]))
+        if time.monotonic() - last_job >= 5:
+            name = f"roll-{len(jobs)}"
+            env.apply(tfjob(name, {"Worker": sleeper(tf, 1)}))
+            jobs.append(name)
+            last_job = time.monotonic()
+        pods = operator_pods(real_cluster)
+        if len(pods) == 2 and all(ready(p) for p in pods) and not old & {p["metadata"]["name"] for p in pods}:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"the rolling update did not finish in {READY_SECONDS}s")
+    leader = wait_leader(real_cluster, {p["metadata"]["name"] for p in operator_pods(real_cluster)})
+    assert "--max-concurrent-requests=24" in next(
+        p for p in operator_pods(real_cluster) if p["metadata"]["name"] == leader)["spec"]["containers"][0]["args"]
+    for name in jobs:
+        env.wait(f"{name}'s pod created", lambda n=name: len(env.pods(n)) == 1, LEASE_SECONDS + CREATE_SECONDS,
+                 job=name)
+    renewals = sorted(set(renewed))
+    gaps = [b - a for a, b in zip(renewals, renewals[1:])]
+    assert renewals and max(gaps, default=0.0) <= LEASE_SECONDS, (gaps, renewals)
+    turns = writers_in_turn(real_cluster.audit_entries(since), real_namespace)
+    assert len(turns) >= 2, f"no handover seen: every write came from {turns}"  # the old leader went
+    assert len(turns) == len(set(turns)), f"a replica wrote again after another one did: {turns}"
+    created_once(real_cluster, since, real_namespace)
+
+
+def _time_of(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,93 @@
+"""What the operator's image costs as users run it: its size, its pods' time from creation to Ready,
+their memory against the Deployment's requests and limits. On a real-node cluster of its own.
+
+    python -m e2e.operator_figures [--runs 3]
+
+Each run applies `manifests/overlays/gang-volcano` with the image swapped (as
+e2e/tests/test_in_cluster.py does), waits for both pods Ready, reads each pod's creation and Ready
+times from the API and its container's RSS from this machine's /proc (the process is local), and
+removes the install. The image is built first if its inputs changed (e2e.images "operator").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from e2e import images
+from e2e.cluster import Cluster
+from e2e.tests.test_in_cluster import (REPO, host_pid, kustomize_overlay, operator_pods, remove_install,
+                                       wait_ready_pods)
+
+
+def _time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def image_sizes(archive: Path) -> dict[str, float]:
+    """MB: the layers as they unpack, and gzip-compressed as a registry would store them."""
+    import gzip
+    import io
+
+    with tarfile.open(archive) as tar:
+        index = json.load(tar.extractfile("index.json"))
+        manifest = json.load(tar.extractfile("blobs/sha256/" + index["manifests"][0]["digest"][7:]))
+        raw = compressed = 0
+        for layer in manifest["layers"]:
+            data = tar.extractfile("blobs/sha256/" + layer["digest"][7:]).read()
+            raw += len(data)
+            buffer = io.BytesIO()
+            with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6, mtime=0) as gz:
+                gz.write(data)
+            compressed += buffer.tell()
+    return {"layers_mb": raw / 1e6, "gzip_mb": compressed / 1e6}
+
+
+def rss_mb(pod: dict) -> float:
+    status = Path(f"/proc/{host_pid(pod)}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m e2e.operator_figures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    image = images.ensure(["operator"])["operator"]
+    print(f"[figures] image {image.ref}: {image_sizes(image.archive)}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="tfop-figures-"))
+    cluster = Cluster.up(work / "cluster", schedulers=["default", "volcano"], gpu_nodes=0, real_nodes=1)
+    try:
+        ref = cluster.load_node_image("operator")
+        overlay = kustomize_overlay(work / "overlay", REPO / "manifests" / "overlays" / "gang-volcano", ref)
+        rendered = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout) if o]
+        limits = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+            "containers"][0]["resources"]
+        ready_s, rss = [], []
+        for run in range(args.runs):
+            cluster.kubectl("apply", "--server-side", "-k", str(overlay), timeout=120)
+            for pod in wait_ready_pods(cluster, 2):
+                ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+                ready_s.append(_time(ready["lastTransitionTime"]) - _time(pod["metadata"]["creationTimestamp"]))
+            time.sleep(30)  # both replicas settled: the leader reconciling, the standby's caches warm
+            rss += [rss_mb(p) for p in operator_pods(cluster)]
+            remove_install(cluster, rendered)
+            print(f"[figures] run {run + 1}: ready {ready_s[-2:]} s, RSS {rss[-2:]} MB", flush=True)
+        print(f"[figures] pod creation -> Ready: median {statistics.median(ready_s):.0f} s "
+              f"(min {min(ready_s):.0f}, max {max(ready_s):.0f}); RSS median {statistics.median(rss):.0f} MB "
+              f"(max {max(rss):.0f}); requests {limits['requests']}, limits {limits['limits']}", flush=True)
+    finally:
+        cluster.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
