@@ -17,43 +17,30 @@ import sys
 import tarfile
 import tempfile
 import time
-from datetime import datetime
+import zlib
 from pathlib import Path
 
 import yaml
 
 from e2e import images
 from e2e.cluster import Cluster
-from e2e.tests.test_in_cluster import (REPO, host_pid, kustomize_overlay, operator_pods, remove_install,
-                                       wait_ready_pods)
-
-
-def _time(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+from e2e.installed import REPO, kustomize_overlay, memory_mb, operator_pods, remove_install, time_of, wait_ready_pods
 
 
 def image_sizes(archive: Path) -> dict[str, float]:
     """MB: the layers as they unpack, and gzip-compressed as a registry would store them."""
-    import gzip
-    import io
-
     with tarfile.open(archive) as tar:
         index = json.load(tar.extractfile("index.json"))
         manifest = json.load(tar.extractfile("blobs/sha256/" + index["manifests"][0]["digest"][7:]))
         raw = compressed = 0
         for layer in manifest["layers"]:
-            data = tar.extractfile("blobs/sha256/" + layer["digest"][7:]).read()
-            raw += len(data)
-            buffer = io.BytesIO()
-            with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6, mtime=0) as gz:
-                gz.write(data)
-            compressed += buffer.tell()
+            blob = tar.extractfile("blobs/sha256/" + layer["digest"][7:])
+            packer = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, as `gzip -6`
+            while chunk := blob.read(1 << 20):
+                raw += len(chunk)
+                compressed += len(packer.compress(chunk))
+            compressed += len(packer.flush())
     return {"layers_mb": raw / 1e6, "gzip_mb": compressed / 1e6}
-
-
-def rss_mb(pod: dict) -> float:
-    status = Path(f"/proc/{host_pid(pod)}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             cluster.kubectl("apply", "--server-side", "-k", str(overlay), timeout=120)
             for pod in wait_ready_pods(cluster, 2):
                 ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
-                ready_s.append(_time(ready["lastTransitionTime"]) - _time(pod["metadata"]["creationTimestamp"]))
+                ready_s.append(time_of(ready["lastTransitionTime"]) - time_of(pod["metadata"]["creationTimestamp"]))
             time.sleep(30)  # both replicas settled: the leader reconciling, the standby's caches warm
-            rss += [rss_mb(p) for p in operator_pods(cluster)]
+            rss += [memory_mb(p) for p in operator_pods(cluster)]
             remove_install(cluster, rendered)
             print(f"[figures] run {run + 1}: ready {ready_s[-2:]} s, RSS {rss[-2:]} MB", flush=True)
         print(f"[figures] pod creation -> Ready: median {statistics.median(ready_s):.0f} s "

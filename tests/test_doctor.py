@@ -5,8 +5,9 @@ import datetime as dt
 import pytest
 import yaml
 
-from tfop.tools import doctor, rbac
+from operator_fixtures import deployment as _deployment, lease as _operator_lease, pod as _operator_pod
 from tfop.gang import registry
+from tfop.tools import doctor, rbac
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -146,9 +147,12 @@ def test_report(checks, code, last):
 
 # ------------------------------------------------------------ run_checks, fake cluster
 class FakeCluster:
-    def __init__(self, crds=(), granted=(), leases=(), pods=(), bindings=None, args=None):
+    def __init__(self, crds=(), granted=(), leases=(), pods=(), bindings=None, args=None,
+                 operator=None):
         self.crds, self.granted = set(crds), {u: set(p) for u, p in dict(granted).items()}
-        self._leases, self._pods, self.bindings, self.args = list(leases), list(pods), bindings or {}, args
+        self._leases, self._pods, self.bindings = list(leases), list(pods), bindings or {}
+        # operator: (Deployment, its pods, its Lease); args: a Deployment with these args alone
+        self.operator = operator or ((_deployment(args=args), [], None) if args is not None else (None, [], None))
 
     def crd_names(self):
         return self.crds
@@ -168,10 +172,18 @@ class FakeCluster:
     def roles_bound_to(self, ns, name):
         return self.bindings.get((ns, name), [])
 
-    def deployment_args(self, ns, name):
-        if self.args is None:
-            raise RuntimeError("404")
-        return self.args
+    def deployment(self, ns, name):
+        if self.operator[0] == "forbidden":
+            raise RuntimeError("403 Forbidden")
+        return self.operator[0]
+
+    def pods(self, ns, selector):
+        assert selector == "app.kubernetes.io/name=tfop"
+        return self.operator[1]
+
+    def lease(self, ns, name):
+        assert (ns, name) == ("kubeflow", "tfop")
+        return self.operator[2]
 
 
 OP = "system:serviceaccount:kubeflow:tfop"
@@ -184,14 +196,16 @@ def _healthy(volcano):
         granted={OP: rbac.permissions(rbac.operator_rules(volcano)),
                  VC: {("scheduling.volcano.sh", "podgroups", v) for v in ("list", "watch")}},
         pods=[_pod("volcano-scheduler-1", ns="volcano-system", sa="volcano-scheduler")],
-        bindings={("kubeflow", "tfop"): ["tfop"]})
+        bindings={("kubeflow", "tfop"): ["tfop"]},
+        operator=(_deployment(), [_operator_pod("tfop-a"), _operator_pod("tfop-b")],
+                  _operator_lease("tfop-a_0123456789", FRESH)))
 
 
 def test_run_checks_healthy():
     volcano, _ = registry.load_backend("volcano")
     checks = doctor.run_checks(_healthy(volcano), volcano, now=NOW)
     assert doctor.exit_code(checks) == 0, doctor.format_report(checks)
-    assert len(checks) == 1 + len(volcano.crds) + 3
+    assert len(checks) == 1 + len(volcano.crds) + 2 + 3
 
 
 def test_run_checks_finds_each_problem():
@@ -222,7 +236,7 @@ def test_run_checks_without_gang():
                           granted={OP: rbac.permissions(rbac.operator_rules(None))},
                           leases=[_lease("kube-scheduler", FRESH)])
     checks = doctor.run_checks(cluster, None, now=NOW)
-    assert [c.ok for c in checks] == [True, True, True]
+    assert [c.ok for c in checks] == [True, True, None, True]  # no Deployment: not installed yet, not a failure
 
 
 @pytest.mark.parametrize("flag,args,want_backend", [
@@ -230,11 +244,20 @@ def test_run_checks_without_gang():
     (None, ["run", "--all-namespaces"], None),
     (None, ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "kube-batch"], "kube-batch"),
     (None, ["run", "--enable-gang-scheduling"], "volcano"),
-    (None, None, None),  # Deployment unreadable: check without gang
+    (None, None, None),  # no Deployment: check without gang
 ])
 def test_resolve(flag, args, want_backend):
     backend, _, why, _ = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
     assert (backend.name if backend else None) == want_backend, why
+
+
+@pytest.mark.parametrize("operator,why", [
+    ((None, [], None), "Deployment kubeflow/tfop not found; checking without gang scheduling"),
+    (("forbidden", [], None), "Deployment kubeflow/tfop unreadable (403 Forbidden); checking without gang"),
+])
+def test_resolve_without_the_deployment_says_why(operator, why):
+    target = doctor.backend_to_check(FakeCluster(operator=operator), None, None, "kubeflow", "tfop")
+    assert target.backend is None and target.why.startswith(why), target.why
 
 
 def test_resolve_auto_uses_cluster_crds():

@@ -8,31 +8,28 @@ applied, with nothing of it changed but the image (kustomize's own `images:`).
 """
 from __future__ import annotations
 
+import itertools
 import json
-import os
 import subprocess
+import sys
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e import realnode
-from e2e.tests.test_install import _helm
+from e2e import build
+from e2e.installed import (DEPLOYMENT, LEASE, NAMESPACE, READY_SECONDS, REPO, host_pid, kustomize_overlay,
+                           leader_identity, memory_mb, operator_pods, ready, remove_install, time_of,
+                           wait_leader, wait_ready_pods)
 from e2e.tests.lifecycle_helpers import Env
-from e2e.tests.realnode_helpers import (TRAIN_SECONDS, container_id, describe_pods, running, sigkill_process,
-                                        wait_finished)
+from e2e.tests.realnode_helpers import TRAIN_SECONDS, describe_pods, running, sigkill_process, wait_finished
 from e2e.training import replica, tfjob, workload_configmap
+from tfop.tools import rbac
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
-REPO = Path(__file__).resolve().parents[2]
-NAMESPACE = "kubeflow"  # the manifests' namespace
-DEPLOYMENT = "tfop"
-LEASE = "tfop"
-READY_SECONDS = 180  # two pods: an image already on the node, Python start-up, caches synced
 TRAIN = ["--steps", "40", "--target-loss", "0.05"]
 
 
@@ -41,79 +38,14 @@ def operator_ref(real_cluster) -> str:
     return real_cluster.load_node_image("operator")
 
 
-def kustomize_overlay(directory: Path, base: Path, ref: str) -> Path:
-    """An overlay of `base` that only swaps the image, as a user pins a release's image."""
-    name, _, tag = ref.rpartition(":")
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(base, directory)],
-        "images": [{"name": "tfop", "newName": name, "newTag": tag}]}))
-    return directory
-
-
-def remove_install(cluster, rendered: list[dict]) -> None:
-    """Everything an install made but the CRD (the cluster's other tests keep their TFJobs), and the
-    Lease its replicas took."""
-    kept = [o for o in rendered if o["kind"] != "CustomResourceDefinition"]
-    cluster.kubectl("delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": kept}), timeout=150)
-    cluster.kubectl("delete", "lease", LEASE, "-n", NAMESPACE, "--ignore-not-found", check=False)
-
-
-def operator_pods(cluster) -> list[dict]:
-    out = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=tfop", "-o", "json")
-    return [p for p in json.loads(out.stdout)["items"] if not p["metadata"].get("deletionTimestamp")]
-
-
-def ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def wait_ready_pods(cluster, count: int, timeout: float = READY_SECONDS) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    pods: list[dict] = []
-    while time.monotonic() < deadline:
-        pods = operator_pods(cluster)
-        if len(pods) == count and all(ready(p) for p in pods):
-            return pods
-        time.sleep(1)
-    logs = [cluster.kubectl("logs", "-n", NAMESPACE, p["metadata"]["name"], "--tail", "30", check=False).stdout
-            for p in pods]
-    raise AssertionError(f"not {count} operator pods Ready in {timeout:.0f}s: "
-                         f"{[(p['metadata']['name'], (p.get('status') or {}).get('phase')) for p in pods]}\n"
-                         + "\n".join(logs))
-
-
-def leader_identity(cluster) -> str:
-    out = cluster.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
-    return json.loads(out.stdout)["spec"].get("holderIdentity", "") if out.returncode == 0 else ""
-
-
 def reconciles(log: str) -> bool:
     """The replica logged that it leads and reconciles (tfop.runtime.controller.run)."""
     return any(line.rstrip().endswith(" reconciling") for line in log.splitlines())
 
 
-def wait_leader(cluster, names: set[str], timeout: float = 60) -> str:
-    """The pod holding the Lease, once one of `names` does."""
-    deadline = time.monotonic() + timeout
-    while holder_pod(leader_identity(cluster)) not in names and time.monotonic() < deadline:
-        time.sleep(1)
-    leader = holder_pod(leader_identity(cluster))
-    assert leader in names, f"Lease {NAMESPACE}/{LEASE} held by {leader_identity(cluster)!r}, pods {names}"
-    return leader
-
-
-def holder_pod(identity: str) -> str:
-    """tfop's identity is `<hostname>_<random>`; a pod's hostname is its name."""
-    return identity.rpartition("_")[0]
-
-
 def helm(cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     kubeconfig = ["--kubeconfig", str(cluster.dir / "kubeconfig")]
-    proc = subprocess.run([_helm(), *kubeconfig, *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(build.built_binary("helm")), *kubeconfig, *args], capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stdout}{proc.stderr}"
     return proc
 
@@ -135,6 +67,73 @@ def test_helm_install_runs_two_replicas_one_leading(real_cluster, operator_ref):
         real_cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=150)
 
 
+def sleeper(image: str, n: int) -> dict:
+    """Replicas that run until deleted, asking for little: the jobs here test the operator, not TF."""
+    return {"replicas": n, "restartPolicy": "Never", "template": {"spec": {
+        "containers": [{"name": "tensorflow", "image": image, "command": ["sleep", "3600"],
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+        "terminationGracePeriodSeconds": 1}}}
+
+
+def tfop(*args: str) -> subprocess.CompletedProcess:
+    """The `tfop` command as a user runs it (its exit code is the caller's to judge)."""
+    return subprocess.run([sys.executable, "-m", "tfop", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+
+
+def doctor(cluster) -> subprocess.CompletedProcess:
+    return tfop("doctor", "--kubeconfig", str(cluster.dir / "kubeconfig"))
+
+
+def pasted_rules(report: str, title: str) -> list[dict]:
+    """The rules doctor tells to add under the failed check `title` (the YAML after its fix line)."""
+    lines = report.splitlines()
+    start = lines.index(f"[FAIL] {title}")
+    fix = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("add to the rules of"))
+    body = itertools.takewhile(lambda line: line.startswith(" " * 7), lines[fix + 1:])
+    return yaml.safe_load("\n".join(line[7:] for line in body))
+
+
+def test_tfop_manifests_install_passes_doctor_which_names_a_removed_rule(real_cluster, real_namespace,
+                                                                         operator_ref):
+    """`tfop manifests | kubectl apply --server-side -f -`, as its help says: two pods Ready, one
+    leading, a gang job's pods placed by Volcano. `tfop doctor` then finds the installed operator
+    healthy; with one rule removed from its ClusterRole it fails and pastes exactly that rule; with
+    the rule back it passes again."""
+    text = tfop("manifests", "--create-namespace", "--gang-scheduler-name", "volcano", "--image", operator_ref)
+    assert text.returncode == 0, text.stderr
+    rendered = [o for o in yaml.safe_load_all(text.stdout) if o]
+    real_cluster.kubectl("apply", "--server-side", "-f", "-", input=text.stdout, timeout=120)
+    try:
+        names = {p["metadata"]["name"] for p in wait_ready_pods(real_cluster, 2)}
+        leader = wait_leader(real_cluster, names)
+        env = Env(real_cluster, real_namespace)
+        env.apply(tfjob("placed", {"Worker": sleeper(real_cluster.node_image("tf"), 2)}))
+        env.wait("2 pods Running", lambda: running(env, "placed", 2), TRAIN_SECONDS, job="placed")
+
+        report = doctor(real_cluster)
+        assert report.returncode == 0, report.stdout + report.stderr
+        assert "[PASS] Deployment kubeflow/tfop has every replica Ready" in report.stdout, report.stdout
+        assert (f"[PASS] one replica of kubeflow/tfop leads (Lease kubeflow/tfop)\n"
+                f"       held by pod {leader}, renewed") in report.stdout, report.stdout
+
+        role = next(o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == DEPLOYMENT)
+        # a rule the running replicas' watches do not need: they keep working while it is gone
+        index, removed = next((i, r) for i, r in enumerate(role["rules"]) if "tfjobs/finalizers" in r["resources"])
+        real_cluster.kubectl("patch", "clusterrole", DEPLOYMENT, "--type=json",
+                             "-p", json.dumps([{"op": "remove", "path": f"/rules/{index}"}]))
+        report = doctor(real_cluster)
+        assert report.returncode == 1, report.stdout
+        title = "ServiceAccount kubeflow/tfop has every permission the operator uses"
+        assert rbac.permissions(pasted_rules(report.stdout, title)) == rbac.permissions([removed]), report.stdout
+        real_cluster.kubectl("patch", "clusterrole", DEPLOYMENT, "--type=json",
+                             "-p", json.dumps([{"op": "add", "path": f"/rules/{index}", "value": removed}]))
+        report = doctor(real_cluster)
+        assert report.returncode == 0, report.stdout
+    finally:
+        remove_install(real_cluster, rendered)  # the Namespace too: --create-namespace made it
+
+
 @pytest.fixture(scope="module")
 def kustomize_install(real_cluster, operator_ref, tmp_path_factory):
     """The gang-volcano overlay with the image swapped, applied as its header says; its pods Ready."""
@@ -148,16 +147,6 @@ def kustomize_install(real_cluster, operator_ref, tmp_path_factory):
         yield wait_ready_pods(real_cluster, 2)
     finally:
         remove_install(real_cluster, rendered)
-
-
-def host_pid(pod: dict) -> int:
-    """The container's main process as this machine sees it (containerd's task)."""
-    cid = container_id(pod)
-    for line in realnode.ctr(realnode.PATHS, "tasks", "list").stdout.splitlines()[1:]:
-        task, pid, *_ = line.split()
-        if task == cid:
-            return int(pid)
-    raise AssertionError(f"no task {cid} in containerd")
 
 
 def test_kustomize_install_runs_two_replicas_one_leading_and_a_gang_job_trains(
@@ -212,16 +201,50 @@ def test_the_pods_run_as_uid_65532_on_a_read_only_root_and_serve_metrics(real_cl
     assert sorted(leading) == [0.0, 1.0], leading
 
 
+BURST = 200  # jobs submitted at once
+BURST_SECONDS = 300  # their 400 pods created, on a 2-core machine that also runs the control plane
+UNPLACEABLE = {"tfop.e2e/burst": "no-such-node"}  # a nodeSelector no node matches
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "K": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+    unit = next((u for u in sorted(units, key=len, reverse=True) if quantity.endswith(u)), "")
+    return float(quantity[:len(quantity) - len(unit)]) * units[unit] if unit else float(quantity) / 2**20
+
+
+def test_a_burst_of_200_jobs_stays_within_the_memory_limit(real_cluster, real_namespace, kustomize_install):
+    """200 gang jobs of 2 workers at once, their pods never placed (a nodeSelector no node matches),
+    so all of them stay in the operator's caches: both replicas (the leader reconciling, the standby
+    keeping its caches warm) peak below the Deployment's memory limit, and neither restarts."""
+    pods = wait_ready_pods(real_cluster, 2)
+    limit = mebibytes(pods[0]["spec"]["containers"][0]["resources"]["limits"]["memory"])
+    image = real_cluster.node_image("tf")
+    worker = {"replicas": 2, "restartPolicy": "Never", "template": {"spec": {
+        "nodeSelector": UNPLACEABLE, "containers": [{"name": "tensorflow", "image": image}]}}}
+    jobs = [tfjob(f"burst-{i:03d}", {"Worker": worker}) for i in range(BURST)]
+    env = Env(real_cluster, real_namespace)
+    started = time.monotonic()
+    real_cluster.kubectl("create", "-n", real_namespace, "-f", "-", timeout=120,
+                         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": jobs}))
+
+    def created() -> int:
+        return len(env.kubectl("get", "pods", "-o", "name").stdout.split())
+    env.wait(f"{2 * BURST} pods created", lambda: created() == 2 * BURST, BURST_SECONDS)
+    took = time.monotonic() - started
+    time.sleep(10)  # the scheduler's answers about the pods, and the passes they cause
+    peaks = {p["metadata"]["name"]: memory_mb(p, "VmHWM") for p in pods}
+    now = {p["metadata"]["name"]: memory_mb(p) for p in pods}
+    print(f"[burst] {BURST} jobs, {2 * BURST} pods created in {took:.0f} s; peak RSS {peaks} MiB, "
+          f"now {now} MiB; limit {limit:.0f} MiB")
+    assert max(peaks.values()) < limit, (peaks, limit)
+    for pod in operator_pods(real_cluster):
+        status = pod["status"]["containerStatuses"][0]
+        assert status["restartCount"] == 0, status
+    assert {p["metadata"]["name"] for p in operator_pods(real_cluster)} == set(peaks)
+
+
 LEASE_SECONDS, RETRY_SECONDS = 15.0, 2.0  # tfop run's defaults (client-go's)
 CREATE_SECONDS = 10.0  # from a Lease taken to a new job's pods created, on a busy machine
-
-
-def sleeper(image: str, n: int) -> dict:
-    """Replicas that run until deleted, asking for little: the jobs here test the operator, not TF."""
-    return {"replicas": n, "restartPolicy": "Never", "template": {"spec": {
-        "containers": [{"name": "tensorflow", "image": image, "command": ["sleep", "3600"],
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-        "terminationGracePeriodSeconds": 1}}}
 
 
 def created_once(cluster, since: int, namespace: str) -> None:
@@ -301,7 +324,7 @@ def test_a_rolling_update_hands_over_without_a_gap_or_two_writers(real_cluster, 
         out = real_cluster.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
         spec = json.loads(out.stdout)["spec"] if out.returncode == 0 else {}
         if spec.get("holderIdentity") and spec.get("renewTime"):
-            renewed.append(_time_of(spec["renewTime"]))
+            renewed.append(time_of(spec["renewTime"]))
         if time.monotonic() - last_job >= 5:
             name = f"roll-{len(jobs)}"
             env.apply(tfjob(name, {"Worker": sleeper(tf, 1)}))
@@ -325,7 +348,3 @@ def test_a_rolling_update_hands_over_without_a_gap_or_two_writers(real_cluster, 
     turns = writers_in_turn(real_cluster.audit_entries(since), real_namespace)
     assert len(turns) == len(set(turns)), f"a replica wrote again after another one did: {turns}"
     created_once(real_cluster, since, real_namespace)
-
-
-def _time_of(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 DEFAULT_NAMESPACE = "kubeflow"
 DEFAULT_DEPLOYMENT = "tfop"
+LEADER_ELECTION_LEASE = "tfop"  # the Lease `tfop run --leader-elect` takes, in its own namespace
 DEFAULT_IMAGE = "tfop:0.1.0"
 # The most pods one job may ask for before the operator fails it (`tfop run --max-pods-per-job`).
 # Real TFJobs have tens to hundreds of pods. At 1000 a pass over the job holds the event loop ~10 ms

@@ -28,9 +28,9 @@ from tfop.kube.informer import Informer, Name
 from tfop.runtime.jobs import JobKey, owner_key
 from tfop.runtime.trim import milli, trim_identity, trim_local_queue, trim_node, trim_queue, trim_workload
 
-# Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
-BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 FINISHED = ("Succeeded", "Failed")
+# Pods on a node that count against its allocatable: kube-scheduler's own selector for assigned pods.
+BOUND_AND_RUNNING = "spec.nodeName!=" + "".join(f",status.phase!={phase}" for phase in FINISHED)
 OURS, NOT_OURS = f"{LABEL_OPERATOR}={OPERATOR_NAME}", f"{LABEL_OPERATOR}!={OPERATOR_NAME}"
 SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed since
 # Room freed (a bound pod gone, a node new or changed) wakes the waiting gangs this soon after, with a

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status
-from tfop.kube.informer import only_version_moved, same_but
+from tfop.kube.informer import same_but
 from tfop.kube.versions import later, newer, version_of
 
 JobKey = tuple[str, str]  # (namespace, job name)
@@ -120,8 +120,7 @@ def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dic
     """A change to a gang's group that no pass would read (the group informer's `quiet`): its version
     alone, or its status alone while its job's last pass said the gang is whole (Plan.reads_group_status;
     a scheduler counts members as they start, pod by pod)."""
-    if only_version_moved(group, before):
-        return True
     key = owner_key(group)
     record = jobs.get(key) if key is not None else None
-    return record is not None and not record.reads_group_status and same_but(group, before, ("status",))
+    unread = ("status",) if record is not None and not record.reads_group_status else ()
+    return same_but(group, before, unread)

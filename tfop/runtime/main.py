@@ -16,7 +16,7 @@ import aiohttp
 import kopf
 
 from tfop import __version__
-from tfop.core.settings import DEFAULT_NAMESPACE, Settings
+from tfop.core.settings import DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE, Settings
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.credentials import Credentials
@@ -31,7 +31,6 @@ from tfop.runtime.controller import Controller
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.process import build_registry, quiet_kopf_scan_leftovers
 
-LEASE_NAME = "tfop"
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
 STARTUP_TIMEOUT_SECONDS = 30.0
@@ -160,7 +159,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
         if settings.leader_elect:
             timing = LeaseTiming(settings.leader_elect_lease_duration, settings.leader_elect_renew_deadline,
                                  settings.leader_elect_retry_period)
-            elector = LeaderElector(client, lease_namespace(settings), LEASE_NAME, identity, timing)
+            elector = LeaderElector(client, lease_namespace(settings), LEADER_ELECTION_LEASE, identity, timing)
             client.write_gate = elector.may_write  # only the leader writes, from start to end
         metrics = Metrics()
         client.on_response = metrics.api_response

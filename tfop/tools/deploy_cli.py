@@ -99,7 +99,7 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 @_kube_options
 def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, deployment,
                scheduler_service_account, kubeconfig, context):
-    """Check CRDs, the operator's RBAC, and the gang scheduler; exit 1 on any failure."""
+    """Check CRDs, the operator's RBAC, the installed operator and the gang scheduler; exit 1 on any failure."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -116,7 +116,7 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
         if target.warning:
             click.echo(f"WARNING: {target.warning}")
         checks = doctor.run_checks(cluster, target.backend, namespace, service_account, target.scheduler_name,
-                                   _sa(scheduler_service_account))
+                                   _sa(scheduler_service_account), deployment=deployment)
     except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
         raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
     except HTTPError as err:

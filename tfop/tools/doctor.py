@@ -1,7 +1,8 @@
 """`tfop doctor`: is this cluster ready for the operator and its gang scheduler?
 
 Checks the CRDs, asks the apiserver (SubjectAccessReview) whether the
-operator's ServiceAccount may do each thing it needs, looks for a running
+operator's ServiceAccount may do each thing it needs, whether the installed
+operator runs (operator_health: replicas Ready, one leading), looks for a running
 scheduler answering to the pods' schedulerName, and whether that scheduler's
 own ServiceAccount may list the gang's group objects. Every RBAC failure comes
 with the minimal rule to add, never a wildcard. The pure half (rule
@@ -15,9 +16,12 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import yaml
 
+from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang import registry
 from tfop.gang.base import GangBackend
-from tfop.tools import operator_args
+from tfop.tools import operator_args, operator_health
+from tfop.tools.checks import LEASE_GRACE, Check, lease_is_live, parse_time
+from tfop.tools.checks import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
 from tfop.tools.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
 
 TFJOB_CRD = "tfjobs.kubeflow.org"
@@ -37,19 +41,10 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
 }
 POD_NAME_LABELS = ("component", "app", "app.kubernetes.io/name", "app.kubernetes.io/component",
                    "k8s-app", "name")
-LEASE_GRACE = dt.timedelta(seconds=30)
 # kube-scheduler-based schedulers report Scheduled/FailedScheduling events as their
 # profile's schedulerName; one this recent means that scheduler was running just now.
 EVENT_WINDOW = dt.timedelta(minutes=15)
 SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
-
-
-@dataclass(frozen=True)
-class Check:
-    title: str
-    ok: bool | None  # None: could not be checked (says why in detail); not a failure
-    detail: str = ""
-    fix: str = ""
 
 
 # ------------------------------------------------------------------ rules
@@ -113,23 +108,6 @@ def scheduler_names(scheduler_name: str) -> tuple[str, ...]:
                                      if n != scheduler_name)
 
 
-def _time(value: Any) -> dt.datetime | None:
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-    if isinstance(value, str) and value:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return None
-
-
-def lease_is_live(lease: Mapping[str, Any], now: dt.datetime) -> bool:
-    """Held and renewed within its duration (plus grace): the holder is running now."""
-    spec = lease.get("spec") or {}
-    renewed = _time(spec.get("renewTime"))
-    if not spec.get("holderIdentity") or renewed is None:
-        return False
-    return now - renewed <= dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 15) + LEASE_GRACE
-
-
 def _pod_matches(pod: Mapping[str, Any], names: tuple[str, ...]) -> bool:
     meta = pod.get("metadata") or {}
     name = meta.get("name", "")
@@ -141,8 +119,8 @@ def _pod_matches(pod: Mapping[str, Any], names: tuple[str, ...]) -> bool:
 def event_time(event: Mapping[str, Any]) -> dt.datetime | None:
     """When an event (core/v1 view, either API's writer) was last seen."""
     series = event.get("series") or {}
-    return _time(series.get("lastObservedTime") or event.get("lastTimestamp")
-                 or event.get("eventTime") or event.get("firstTimestamp"))
+    return parse_time(series.get("lastObservedTime") or event.get("lastTimestamp")
+                      or event.get("eventTime") or event.get("firstTimestamp"))
 
 
 def _reporter(event: Mapping[str, Any]) -> str:
@@ -204,25 +182,6 @@ def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
         f"{int(EVENT_WINDOW.total_seconds() // 60)} min"))
 
 
-# ------------------------------------------------------------------ report
-def format_report(checks: list[Check]) -> str:
-    marks = {True: "PASS", False: "FAIL", None: "SKIP"}
-    lines = []
-    for c in checks:
-        lines.append(f"[{marks[c.ok]}] {c.title}")
-        if c.detail:
-            lines += [f"       {line}" for line in c.detail.splitlines()]
-        if c.fix and c.ok is False:
-            lines += [f"       {line}" for line in c.fix.splitlines()]
-    failed = sum(1 for c in checks if c.ok is False)
-    lines.append(f"{len(checks) - failed} ok, {failed} failed" if failed else "all checks passed")
-    return "\n".join(lines)
-
-
-def exit_code(checks: list[Check]) -> int:
-    return 1 if any(c.ok is False for c in checks) else 0
-
-
 def sa_user(namespace: str, name: str) -> tuple[str, list[str]]:
     """The user and groups a ServiceAccount's token authenticates as."""
     return (f"system:serviceaccount:{namespace}:{name}",
@@ -282,10 +241,25 @@ class Cluster:
                     out.append(b.role_ref.name)
         return out
 
-    def deployment_args(self, namespace: str, name: str) -> list[str]:
-        dep = self.apps.read_namespaced_deployment(name, namespace)
-        idx = operator_args.operator_container_index(dep, namespace, name)
-        return list(dep.spec.template.spec.containers[idx].args or [])
+    def deployment(self, namespace: str, name: str) -> dict | None:
+        """The Deployment as a plain dict; None when there is none."""
+        try:
+            return self.api.sanitize_for_serialization(self.apps.read_namespaced_deployment(name, namespace))
+        except self._client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict]:
+        return self._dicts(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def lease(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.api.sanitize_for_serialization(self.coord.read_namespaced_lease(name, namespace))
+        except self._client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
 
 def _forbidden(err: Exception) -> str:
@@ -354,16 +328,33 @@ def scheduler_rbac_check(cluster: Cluster, backend: GangBackend | None,
                              [(group.group, group.plural, v) for v in SCHEDULER_VERBS])]
 
 
-def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = "kubeflow",
-               service_account: str = "tfop", scheduler_name: str | None = None,
+def installed_operator_checks(cluster: Cluster, namespace: str, deployment: str,
+                              now: dt.datetime) -> list[Check]:
+    """The installed operator's replicas, and its leader (operator_health)."""
+    try:
+        dep = cluster.deployment(namespace, deployment)
+        pods = cluster.pods(namespace, operator_health.selector(dep)) if dep else []
+        lease = (cluster.lease(operator_health.lease_namespace(dep), LEADER_ELECTION_LEASE)
+                 if dep and operator_args.leader_election(operator_health.operator_args(dep)) else None)
+    except Exception as err:  # doctor's user may not read them; the other checks still stand
+        return [Check(f"Deployment {namespace}/{deployment} has every replica Ready", None,
+                      f"could not read it, its pods or its Lease: {_forbidden(err)}")]
+    leader = operator_health.leader_check(namespace, deployment, dep, pods, lease, LEADER_ELECTION_LEASE, now)
+    return [operator_health.replicas_check(namespace, deployment, dep, pods)] + ([leader] if leader else [])
+
+
+def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = DEFAULT_NAMESPACE,
+               service_account: str = DEFAULT_DEPLOYMENT, scheduler_name: str | None = None,
                scheduler_service_account: tuple[str, str] | None = None,
-               now: dt.datetime | None = None) -> list[Check]:
-    """CRDs, the operator's permissions, the scheduler, the scheduler's permissions: in that order."""
+               now: dt.datetime | None = None, deployment: str = DEFAULT_DEPLOYMENT) -> list[Check]:
+    """CRDs, the operator's permissions, the installed operator, the scheduler, the scheduler's
+    permissions: in that order."""
     now = now or dt.datetime.now(dt.timezone.utc)
     checks = crd_checks(cluster.crd_names(), backend)
     checks.append(permission_check(
         cluster, f"ServiceAccount {namespace}/{service_account} has every permission the operator uses",
         (namespace, service_account), permissions(operator_rules(backend))))
+    checks += installed_operator_checks(cluster, namespace, deployment, now)
     running, evidence = scheduler_check(cluster, expected_scheduler(backend, scheduler_name), now)
     checks.append(running)
     checks += scheduler_rbac_check(cluster, backend, scheduler_service_account or evidence.service_account)
@@ -399,11 +390,16 @@ def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, schedule
     enable, source = True, ""
     if gang_scheduler_name is None:
         try:
-            args = cluster.deployment_args(namespace, deployment)
+            dep = cluster.deployment(namespace, deployment)
         except Exception as err:
+            dep, unread = None, f"unreadable ({_forbidden(err)})"
+        else:
+            unread = "not found"
+        if dep is None:
             return GangTarget(None, scheduler_name, (
-                f"Deployment {namespace}/{deployment} unreadable ({_forbidden(err)}); checking "
+                f"Deployment {namespace}/{deployment} {unread}; checking "
                 "without gang scheduling (pass --gang-scheduler-name)"), None)
+        args = operator_health.operator_args(dep)
         enable, gang_scheduler_name = operator_args.gang_flags(args)
         scheduler_name = scheduler_name or operator_args.flag_value(args, operator_args.SCHEDULER_NAME)
         source = f"Deployment {namespace}/{deployment} args: "

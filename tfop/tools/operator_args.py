@@ -7,8 +7,6 @@ Upstream's Go-style spellings (`--flag=value`) are read too.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tfop.gang.registry import gang_enabled
 
 ENABLE = "--enable-gang-scheduling"
@@ -77,18 +75,25 @@ def gang_flags(args: list[str]) -> tuple[bool, str | None]:
     return gang_enabled(enable, name), name
 
 
-def operator_container_index(deployment: Any, namespace: str, name: str,
+def leader_election(args: list[str]) -> bool:
+    """Whether these args run `tfop run` with --leader-elect (the last of it and --no-leader-elect wins)."""
+    on = False
+    for arg in args:
+        if arg in ("--leader-elect", "--no-leader-elect"):
+            on = arg == "--leader-elect"
+    return on
+
+
+def operator_container_index(containers: list[str], namespace: str, name: str,
                              container: str | None = None) -> int:
-    """Which container of the Deployment (a kubernetes client object) runs the operator.
+    """Which of the Deployment's containers (their names, in order) runs the operator.
 
     `container` when given; else the one named like the Deployment (as `tfop
     manifests` names it), else the first. ValueError when `container` is absent.
     """
-    containers = deployment.spec.template.spec.containers
     wanted = container or name
-    for i, c in enumerate(containers):
-        if c.name == wanted:
-            return i
+    if wanted in containers:
+        return containers.index(wanted)
     if container:
         raise ValueError(f"Deployment {namespace}/{name} has no container {container!r}")
     return 0

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from tfop.api.constants import GROUP, PLURAL
-from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE
+from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang.base import GangBackend
 
 NAME = DEFAULT_DEPLOYMENT  # ServiceAccount, ClusterRole and ClusterRoleBinding share it
@@ -45,7 +45,6 @@ BASE_RULES: tuple[dict, ...] = (
 # Leader election (`tfop run --leader-elect`, on in the deployed manifests): a Role in the
 # operator's own namespace, never cluster-wide. create: the first replica makes the Lease (an
 # authorizer cannot match a create by name); get and update: read and renew that one Lease.
-LEADER_ELECTION_LEASE = "tfop"  # tfop/runtime/main.py LEASE_NAME
 LEADER_ELECTION_RULES: tuple[dict, ...] = (
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],

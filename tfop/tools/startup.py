@@ -57,10 +57,6 @@ def load_credentials(kubeconfig: str | None, context: str | None = None,
         raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {one_line(err)}") from None
 
 
-def operator_credentials(kubeconfig: str | None, environ: Mapping[str, str] = os.environ):
-    return load_credentials(kubeconfig, None, environ)
-
-
 async def probe(credentials: Any, timeout: float = PROBE_TIMEOUT_SECONDS) -> None:
     """One GET of PROBE_PATH: ServerUnreachable unless the apiserver answers within `timeout`,
     StartupError when it does not know these credentials."""
@@ -85,7 +81,7 @@ async def probe(credentials: Any, timeout: float = PROBE_TIMEOUT_SECONDS) -> Non
 
 async def operator_preflight(kubeconfig: str | None) -> None:
     """What `tfop run` checks before it starts: StartupError when it could never work."""
-    await probe(operator_credentials(kubeconfig))
+    await probe(load_credentials(kubeconfig, None))
 
 
 def official_client(kubeconfig: str | None, context: str | None,
