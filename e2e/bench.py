@@ -29,9 +29,9 @@ from pathlib import Path
 
 from e2e import build
 from e2e.bench_lib import (PLURALS, Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
-                           free_port, operator_passes, operator_requests, other_writes, per_job, proc_stats,
-                           scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw, submit_raw_threaded,
-                           submit_tfjobs, throttled, until)
+                           free_port, operator_metrics, operator_passes, operator_requests, other_writes, per_job,
+                           proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw,
+                           submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -232,8 +232,11 @@ class Bench:
             w = await self.burst(admin, label, ns, jobs, rendered, operator, census)
             result = figures(label, ns, len(jobs), self.pods_per_job, clock, census, w)
             if label == "tfop":  # from its start to the idle wait's end: every job's passes, resyncs too
-                passes = operator_passes(self.metrics_port)
-                result["passes_per_job"] = None if passes is None else passes / len(jobs)
+                text = operator_metrics(self.metrics_port)
+                result["passes_per_job"] = None if text is None else operator_passes(text) / len(jobs)
+                result["watch_per_job"] = None if text is None else {
+                    resource: (events / len(jobs), size / len(jobs))
+                    for resource, (events, size) in watch_received(text).items()}
             result.update(await request_figures(admin, label, ns, len(jobs), w))
             if operator:
                 result.update(await self.restart(admin, operator, label, ns))
@@ -486,6 +489,9 @@ def summary(r: dict) -> str:
             f"(machine busy {fmt(r.get('machine_busy'), '.2f')})"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")
             + (f", passes/job {fmt(r['passes_per_job'], '.1f')}" if "passes_per_job" in r else "")
+            + (", watch events(bytes)/job " + ", ".join(
+                f"{res} {n:.1f}({size / 1024:.1f}K)" for res, (n, size) in sorted(r["watch_per_job"].items()))
+               if r.get("watch_per_job") else "")
             + (" TIMED OUT" if r["timed_out"] else ""))
 
 

@@ -96,14 +96,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def operator_passes(metrics_port: int) -> int | None:
-    """Passes over jobs so far (any outcome), from the operator's own /metrics; None if unreachable."""
+def operator_metrics(metrics_port: int) -> str | None:
+    """The operator's own /metrics text; None if unreachable."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
+            return r.read().decode()
     except OSError:
         return None
+
+
+def operator_passes(text: str) -> int:
+    """Passes over jobs so far (any outcome)."""
     return round(metric_sum(text, "tfop_reconcile_duration_seconds_count{"))
+
+
+def watch_received(text: str) -> dict[str, tuple[int, int]]:
+    """resource -> (events, bytes) the operator's watches received so far."""
+    out: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        for name, at in (("tfop_watch_events_total{", 0), ("tfop_watch_bytes_total{", 1)):
+            if line.startswith(name):
+                resource = line.split('resource="', 1)[1].split('"', 1)[0]
+                pair = list(out.get(resource, (0, 0)))
+                pair[at] = round(float(line.rsplit(" ", 1)[1]))
+                out[resource] = (pair[0], pair[1])
+    return out
 
 
 def metric_sum(text: str, prefix: str) -> float:

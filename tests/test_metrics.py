@@ -111,6 +111,18 @@ def test_gang_wait_and_state_gauges():
     assert got[("tfop_api_requests_total", (("code", "429"), ("resource", "pods"), ("verb", "create")))] == 1
 
 
+def test_watch_traffic_is_read_from_the_clients_tallies_at_scrape_time():
+    m, received = Metrics(), {}
+    m.watch_traffic(received)
+    assert not any(name.startswith("tfop_watch") for name, _ in scrape(m))
+    received["pods"] = [3, 4096]
+    received["podgroups"] = [1, 700]
+    got = scrape(m)
+    assert got[("tfop_watch_events_total", (("resource", "pods"),))] == 3
+    assert got[("tfop_watch_bytes_total", (("resource", "pods"),))] == 4096
+    assert got[("tfop_watch_events_total", (("resource", "podgroups"),))] == 1
+
+
 def test_json_log_lines_carry_the_job():
     record = logging.LogRecord("tfop.controller", logging.INFO, __file__, 1, "reconciled %s/%s", ("ml", "a"), None)
     record.job_namespace, record.job_name, record.outcome, record.duration_ms = "ml", "a", "applied", 12.5

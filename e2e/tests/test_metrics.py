@@ -67,3 +67,7 @@ def test_counters_and_gang_wait_move_with_the_jobs(cluster, namespace, request):
     assert value(after, "tfop_api_requests_total", verb="create", resource="pods", code="201") >= 4
     assert value(after, "tfop_reconcile_duration_seconds_count", outcome="applied") > 0
     assert value(after, "tfop_workqueue_wait_seconds_count") > 0
+    # The watches' input: each job's ADDED and DELETED and the pods' changes, each event a whole object.
+    for resource, at_least in (("tfjobs", 4), ("pods", 4)):
+        events = value(after, "tfop_watch_events_total", resource=resource)
+        assert events >= at_least and value(after, "tfop_watch_bytes_total", resource=resource) > 300 * events

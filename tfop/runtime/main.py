@@ -163,6 +163,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
             client.write_gate = elector.may_write  # only the leader writes, from start to end
         metrics = Metrics()
         client.on_response = metrics.api_response
+        metrics.watch_traffic(client.watch_received)
         backend = await start_up(settings, client)
         log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         operator = Operator(settings, client, Controller(settings, client, backend, metrics=metrics), elector)

@@ -7,10 +7,10 @@ counts nothing twice. Everything else is `tfop_*`. One registry per operator: no
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tfop.api import conditions
 from tfop.core.transitions import Transitions
@@ -62,6 +62,24 @@ class StateCollector:
         yield GaugeMetricFamily("tfop_workqueue_depth", "Jobs waiting for a reconcile", value=self.depth())
 
 
+class WatchCollector:
+    """What the watches received, by resource, read at scrape time from the client's tallies
+    (KubeClient.watch_received): where the operator's input comes from, and how much of it."""
+
+    def __init__(self, received: Mapping[str, list[int]]):
+        self.received = received
+
+    def collect(self):
+        events = CounterMetricFamily("tfop_watch_events", "Watch events received (bookmarks included)",
+                                     labels=["resource"])
+        size = CounterMetricFamily("tfop_watch_bytes", "Bytes of watch events received", labels=["resource"])
+        for resource, (count, received) in sorted(self.received.items()):
+            events.add_metric([resource], count)
+            size.add_metric([resource], received)
+        yield events
+        yield size
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -88,6 +106,9 @@ class Metrics:
 
     def watch_state(self, jobs: Callable[[], Iterable[JobRecord]], depth: Callable[[], int]) -> None:
         self.registry.register(StateCollector(jobs, depth))
+
+    def watch_traffic(self, received: Mapping[str, list[int]]) -> None:
+        self.registry.register(WatchCollector(received))
 
     def api_response(self, method: str, path: str, code: int) -> None:
         verb, resource = api_call(method, path)
