@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -452,6 +453,41 @@ def check_group(backend: str, job: dict, obj: dict, grp: dict) -> None:
         assert grp["spec"]["minMember"] == total, grp["spec"]
 
 
+SENTENCE_SECONDS = 30  # a pod's or group's change is a pass at once; its status is written within 5 s
+
+
+def refused_and_said(api, backend: str, namespace: str, name: str, pods: list[str]) -> None:
+    """Write what kube-batch v0.4.2 writes while a gang does not fit, its pool empty (tried against
+    this harness's apiserver; ../shared/reference/real-nodes.md): the PodGroup Pending with an
+    Unschedulable condition, and PodScheduled=False on each pod, both with the job's fit error.
+    kube-batchd (the kube-arbitrator) has a PodDisruptionBudget, no group status: only the pods say it.
+    tfop keeps the scheduler's words beside its own sentence, which says what the gang lacks."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    others = len(api.items("/api/v1/nodes"))  # every node belongs to another test's pool, or is none
+    fit_error = (f"{len(pods)}/{len(pods)} tasks in gang unschedulable: 0/{others} nodes are available, "
+                 f"{others} node(s) had untolerated taint.")
+    if backend == "kube-batch":
+        prefix, plural = GROUP_APIS[backend]
+        api.merge_patch(f"{prefix}/namespaces/{namespace}/{plural}/{name}", {"status": {
+            "phase": "Pending", "conditions": [{
+                "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": fit_error,
+                "transitionID": "e2e-kube-batch", "lastTransitionTime": now}]}})
+    for pod in pods:
+        api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{pod}/status", {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": fit_error,
+            "lastTransitionTime": now}]}})
+
+    plain = f"waiting for 1 nvidia.com/gpu for {len(pods)} pods as one gang; none are free"
+
+    def said() -> dict | None:
+        status = (api.tfjob(namespace, name) or {}).get("status") or {}
+        gang = status.get("gang") or {}
+        return status if (gang.get("reason"), gang.get("message"), status.get("message")) == (
+            "InsufficientResources", plain, plain) and fit_error in gang.get("schedulerMessage", "") else None
+    status = wait_until(said, SENTENCE_SECONDS, f"TFJob {name}: {plain}", lambda: api.tfjob(namespace, name))
+    assert status["gang"].get("phase") == ("Pending" if backend == "kube-batch" else None), status["gang"]
+
+
 def scheduler_runs_here(cluster, scheduler_name: str) -> bool:
     running = cluster.state.get("schedulers", [])
     return any(SCHEDULER_NAMES.get(s) == scheduler_name for s in running)
@@ -467,8 +503,10 @@ def backend_objects_against_apiserver(cluster, api, namespace, backend):
         KUBE_BATCH_CRD_ABSENCE_CHECKED.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
         cluster.apply(KUBE_BATCH_CRD)
         wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
+    # kube-batch and kube-arbitrator find the pool empty at first and refuse the gang, as they say it
+    refused_first = backend in ("kube-batch", "kube-arbitrator")
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
-        nodes = p.add(2, gpus=1)
+        nodes = [] if refused_first else p.add(2, gpus=1)
         job = prepare_job(seed(seed_id), namespace, p, keep_scheduler_name=keep_scheduler)
         name = job["metadata"]["name"]
         submit(cluster, job)
@@ -491,6 +529,9 @@ def backend_objects_against_apiserver(cluster, api, namespace, backend):
             # No such scheduler runs here: the pods wait, unbound.
             time.sleep(2)
             assert all(v == "Pending" for v in phases(api, namespace, name).values()), phases(api, namespace, name)
+            if refused_first:
+                refused_and_said(api, backend, namespace, name, list(want))
+                nodes = p.add(2, gpus=1)
             for i, pod in enumerate(want):  # act as that scheduler
                 api.bind(namespace, pod, nodes[i % len(nodes)])
         wait_all_running(api, job)
