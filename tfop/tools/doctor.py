@@ -241,25 +241,23 @@ class Cluster:
                     out.append(b.role_ref.name)
         return out
 
-    def deployment(self, namespace: str, name: str) -> dict | None:
-        """The Deployment as a plain dict; None when there is none."""
+    def _read(self, read: Any, name: str, namespace: str) -> dict | None:
+        """One object as a plain dict; None when there is none."""
         try:
-            return self.api.sanitize_for_serialization(self.apps.read_namespaced_deployment(name, namespace))
+            return self.api.sanitize_for_serialization(read(name, namespace))
         except self._client.ApiException as err:
             if err.status == 404:
                 return None
             raise
+
+    def deployment(self, namespace: str, name: str) -> dict | None:
+        return self._read(self.apps.read_namespaced_deployment, name, namespace)
 
     def pods(self, namespace: str, selector: str) -> list[dict]:
         return self._dicts(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
     def lease(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self.api.sanitize_for_serialization(self.coord.read_namespaced_lease(name, namespace))
-        except self._client.ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        return self._read(self.coord.read_namespaced_lease, name, namespace)
 
 
 def _forbidden(err: Exception) -> str:
