@@ -286,7 +286,7 @@ def test_doctor_on_real_cluster(request):
 
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    kube_batch, _ = registry.load_backend("kube-batch")  # its CRD is never installed in tests
+    kube_batch, _ = registry.load_backend("kube-batch")  # its CRD is absent (the scenario installing it removes it)
     lacking = ("scheduling.incubator.k8s.io", "podgroups", "create")
     granted = [p for p in rbac.permissions(rbac.operator_rules(kube_batch)) if p != lacking]
     role = f"tfop-doctor-{namespace}"

@@ -498,11 +498,19 @@ SCHEDULER_NAMES = {"koordinator": KOORDINATOR_SCHEDULER_NAME, "yunikorn": "yunik
 
 @scenario
 def backend_objects_against_apiserver(cluster, api, namespace, backend):
+    if backend != "kube-batch":
+        return objects_against_apiserver(cluster, api, namespace, backend)
+    KUBE_BATCH_CRD_ABSENCE_CHECKED.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
+    cluster.apply(KUBE_BATCH_CRD)
+    wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
+    try:
+        objects_against_apiserver(cluster, api, namespace, backend)
+    finally:  # the cluster as it was: the CRD is absent where other tests look (tfop doctor's)
+        cluster.kubectl("delete", "crd", KUBE_BATCH_CRD["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def objects_against_apiserver(cluster, api, namespace, backend):
     seed_id, keep_scheduler, scheduler = APISERVER_ONLY[backend]
-    if backend == "kube-batch":
-        KUBE_BATCH_CRD_ABSENCE_CHECKED.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
-        cluster.apply(KUBE_BATCH_CRD)
-        wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
     # kube-batch and kube-arbitrator find the pool empty at first and refuse the gang, as they say it
     refused_first = backend in ("kube-batch", "kube-arbitrator")
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
