@@ -29,8 +29,8 @@ from pathlib import Path
 
 from e2e import build
 from e2e.bench_lib import (PLURALS, Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
-                           free_port, operator_metrics, operator_passes, operator_requests, other_writes, per_job,
-                           proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw,
+                           free_port, operator_metrics, operator_passes, operator_requests, other_writes, own_requests,
+                           per_job, proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw,
                            submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
@@ -235,8 +235,9 @@ class Bench:
                 text = operator_metrics(self.metrics_port)
                 result["passes_per_job"] = None if text is None else operator_passes(text) / len(jobs)
                 result["watch_per_job"] = None if text is None else {
-                    resource: (events / len(jobs), size / len(jobs))
-                    for resource, (events, size) in watch_received(text).items()}
+                    resource: tuple(n / len(jobs) for n in tally) for resource, tally in watch_received(text).items()}
+                result["own_requests_per_job"] = None if text is None else {
+                    key: n / len(jobs) for key, n in sorted(own_requests(text).items())}
             result.update(await request_figures(admin, label, ns, len(jobs), w))
             if operator:
                 result.update(await self.restart(admin, operator, label, ns))
@@ -489,9 +490,12 @@ def summary(r: dict) -> str:
             f"(machine busy {fmt(r.get('machine_busy'), '.2f')})"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")
             + (f", passes/job {fmt(r['passes_per_job'], '.1f')}" if "passes_per_job" in r else "")
-            + (", watch events(bytes)/job " + ", ".join(
-                f"{res} {n:.1f}({size / 1024:.1f}K)" for res, (n, size) in sorted(r["watch_per_job"].items()))
+            + (", watch events(bytes, reads)/job " + ", ".join(
+                f"{res} {n:.1f}({size / 1024:.1f}K, {reads:.1f})"
+                for res, (n, size, reads) in sorted(r["watch_per_job"].items()))
                if r.get("watch_per_job") else "")
+            + (", own requests/job " + ", ".join(f"{k} {n:.2f}" for k, n in r["own_requests_per_job"].items())
+               if r.get("own_requests_per_job") else "")
             + (" TIMED OUT" if r["timed_out"] else ""))
 
 

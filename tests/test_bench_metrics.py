@@ -1,5 +1,5 @@
 """What e2e.bench reads from the operator's /metrics: passes, and the watches' events and bytes."""
-from e2e.bench_lib import operator_passes, watch_received
+from e2e.bench_lib import operator_passes, own_requests, watch_received
 
 TEXT = """# HELP tfop_watch_events_total Watch events received (bookmarks included)
 # TYPE tfop_watch_events_total counter
@@ -7,16 +7,25 @@ tfop_watch_events_total{resource="pods"} 1200.0
 tfop_watch_events_total{resource="podgroups"} 410.0
 tfop_watch_bytes_total{resource="pods"} 3.5e+06
 tfop_watch_bytes_total{resource="podgroups"} 287000.0
+tfop_watch_reads_total{resource="pods"} 700.0
+tfop_watch_reads_total{resource="podgroups"} 400.0
 tfop_reconcile_duration_seconds_count{outcome="applied"} 800.0
 tfop_reconcile_duration_seconds_count{outcome="unchanged"} 640.0
 tfop_reconcile_duration_seconds_sum{outcome="applied"} 12.5
 """
 
 
-def test_watch_received_pairs_events_and_bytes_by_resource():
-    assert watch_received(TEXT) == {"pods": (1200, 3_500_000), "podgroups": (410, 287_000)}
+def test_watch_received_gives_events_bytes_and_reads_by_resource():
+    assert watch_received(TEXT) == {"pods": (1200, 3_500_000, 700), "podgroups": (410, 287_000, 400)}
     assert watch_received("") == {}
 
 
 def test_passes_are_every_outcomes_count():
     assert operator_passes(TEXT) == 1440
+
+
+def test_own_requests_sum_every_answer_by_verb_and_resource():
+    text = ('tfop_api_requests_total{code="201",resource="pods",verb="create"} 2000.0\n'
+            'tfop_api_requests_total{code="429",resource="pods",verb="create"} 3.0\n'
+            'tfop_api_requests_total{code="200",resource="tfjobs",verb="patch"} 5.0\n')
+    assert own_requests(text) == {"create pods": 2003, "patch tfjobs": 5}

@@ -115,12 +115,13 @@ def test_watch_traffic_is_read_from_the_clients_tallies_at_scrape_time():
     m, received = Metrics(), {}
     m.watch_traffic(received)
     assert not any(name.startswith("tfop_watch") for name, _ in scrape(m))
-    received["pods"] = [3, 4096]
-    received["podgroups"] = [1, 700]
+    received["pods"] = [3, 4096, 2]
+    received["podgroups"] = [1, 700, 1]
     got = scrape(m)
     assert got[("tfop_watch_events_total", (("resource", "pods"),))] == 3
     assert got[("tfop_watch_bytes_total", (("resource", "pods"),))] == 4096
     assert got[("tfop_watch_events_total", (("resource", "podgroups"),))] == 1
+    assert got[("tfop_watch_reads_total", (("resource", "pods"),))] == 2
 
 
 def test_json_log_lines_carry_the_job():

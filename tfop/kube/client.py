@@ -102,7 +102,7 @@ class KubeClient:
         self.write_gate = write_gate
         self.on_response: Callable[[str, str, int], None] | None = None  # (method, path, code): metrics
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
-        # plural -> [events, bytes] received by watches, counted a chunk at a time (metrics read it)
+        # plural -> [events, bytes, reads] received by watches, counted a read at a time (metrics read it)
         self.watch_received: dict[str, list[int]] = {}
 
     async def __aenter__(self) -> "KubeClient":
@@ -266,12 +266,13 @@ class KubeClient:
                     await self.credentials.rejected(used)  # the watch started again carries a new credential
                 raise ApiError(response.status, await response.text(), "WATCH", plural)
             rest = b""
-            received = self.watch_received.setdefault(plural, [0, 0])
+            received = self.watch_received.setdefault(plural, [0, 0, 0])
             async for chunk in response.content.iter_any():
                 lines = (rest + chunk).split(b"\n")  # one split per chunk: a chunk may hold many events
                 rest = lines.pop()
                 received[0] += len(lines)
                 received[1] += len(chunk)
+                received[2] += 1
                 for line in lines:
                     if line.strip():
                         yield codec.loads(line)

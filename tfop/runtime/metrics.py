@@ -73,11 +73,15 @@ class WatchCollector:
         events = CounterMetricFamily("tfop_watch_events", "Watch events received (bookmarks included)",
                                      labels=["resource"])
         size = CounterMetricFamily("tfop_watch_bytes", "Bytes of watch events received", labels=["resource"])
-        for resource, (count, received) in sorted(self.received.items()):
+        reads = CounterMetricFamily("tfop_watch_reads", "Reads of the watch streams (one read may carry many "
+                                    "events): each is a wake-up of the event loop", labels=["resource"])
+        for resource, (count, received, read) in sorted(self.received.items()):
             events.add_metric([resource], count)
             size.add_metric([resource], received)
+            reads.add_metric([resource], read)
         yield events
         yield size
+        yield reads
 
 
 class Metrics:
