@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Mapping
 
+from tfop.api.pods import is_ready, terminating
 from tfop.tools.checks import Check, lease_age, lease_is_live
 from tfop.tools.operator_args import flag_value, leader_election, operator_container_index
 
@@ -37,11 +38,6 @@ def selector(deployment: Mapping[str, Any]) -> str:
 def lease_namespace(deployment: Mapping[str, Any]) -> str:
     """Where its replicas take the Lease: --leader-elect-namespace, else their own namespace."""
     return flag_value(operator_args(deployment), LEADER_ELECT_NAMESPACE) or deployment["metadata"]["namespace"]
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _why_not_ready(pod: Mapping[str, Any]) -> str:
@@ -76,7 +72,7 @@ def replicas_check(namespace: str, name: str, deployment: Mapping[str, Any] | No
     wanted = spec.get("replicas", 1)
     ready, updated = status.get("readyReplicas") or 0, status.get("updatedReplicas") or 0
     current = (status.get("observedGeneration") or 0) >= (deployment["metadata"].get("generation") or 0)
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    live = [p for p in pods if not terminating(p)]
     names = ", ".join(sorted(p["metadata"]["name"] for p in live)) or "none"
     problems = []
     if wanted == 0:
@@ -85,7 +81,7 @@ def replicas_check(namespace: str, name: str, deployment: Mapping[str, Any] | No
     if not current or updated < wanted:
         problems.append(f"rolling out: {updated} of {wanted} replicas run the current template")
     for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
-        if not _ready(pod):
+        if not is_ready(pod):
             problems.append(f"pod {pod['metadata']['name']} is not Ready: {_why_not_ready(pod)}")
         if restarts := _oom_killed(pod):
             limit = ((operator_container(deployment).get("resources") or {}).get("limits") or {}).get("memory")
