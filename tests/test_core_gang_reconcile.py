@@ -15,20 +15,23 @@ from tfop.core.plan import Event
 from tfop.core.context import Observed
 from tfop.core.gang_step import recheck_after
 
-BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator"]
+BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator", "kubernetes"]
 GROUP = {
     "volcano": ("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups",
                 {"minMember": 3, "minTaskMember": {"ps": 1, "worker": 2}, "queue": "default"}),
     "scheduler-plugins": ("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", {"minMember": 3}),
     "kube-arbitrator": ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets",
                         {"minAvailable": 3, "selector": {"matchLabels": {"training.kubeflow.org/job-name": "tf-job"}}}),
+    "kubernetes": ("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups",
+                   {"schedulingPolicy": {"gang": {"minCount": 3}}, "disruptionMode": {"all": {}}}),
 }
 SCHEDULER = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler",
-             "kube-arbitrator": "kube-batchd"}
+             "kube-arbitrator": "kube-batchd", "kubernetes": None}
 MARKINGS = {  # (labels, annotations) each pod gets from the backend, besides the generation annotation
     "volcano": ({}, {"scheduling.k8s.io/group-name": "tf-job", "volcano.sh/task-spec": "worker"}),
     "scheduler-plugins": ({"scheduling.x-k8s.io/pod-group": "tf-job"}, {}),
     "kube-arbitrator": ({}, {}),
+    "kubernetes": ({}, {}),  # a spec field instead: test_kubernetes_pods_name_their_group
 }
 SERVICES = ["Service/tf-job-ps-0", "Service/tf-job-worker-0", "Service/tf-job-worker-1"]
 PODS = ["Pod/tf-job-ps-0", "Pod/tf-job-worker-0", "Pod/tf-job-worker-1"]
@@ -94,11 +97,55 @@ def test_group_created_first(name):
     assert plan.events[0].message.startswith(f"created {kind.lower()} tf-job, service tf-job-ps-0")
     for p in plan.create[3:]:
         labels, annotations = MARKINGS[name]
-        assert p["spec"]["schedulerName"] == SCHEDULER[name]
+        assert p["spec"].get("schedulerName") == SCHEDULER[name]
         assert labels.items() <= p["metadata"]["labels"].items()
         if p["metadata"]["name"].startswith("tf-job-worker"):
             assert annotations.items() <= p["metadata"]["annotations"].items()
         assert p["metadata"]["annotations"]["tfop.kubeflow.org/gang-generation"] == "0"
+
+
+def test_kubernetes_pods_name_their_group_and_share_its_priority():
+    job = gang_job(schedulingPolicy={"priorityClass": "high"})
+    plan = run(job, Observed(priority_values={"high": 1000}), ctx=ctx("kubernetes"))
+    assert plan.create_group["spec"]["priorityClassName"] == "high"
+    assert names(plan.create) == SERVICES + PODS
+    for pod in plan.create[3:]:
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "tf-job"}
+        assert pod["spec"]["priorityClassName"] == "high"
+
+
+def _placed_group(job):
+    return group_of(desired_group("kubernetes", job), conditions=[
+        {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": ""}])
+
+
+def test_kubernetes_gang_restart_renews_the_group():
+    """The PodGroup that placed a gang judges no other: after a whole-gang restart it is deleted and,
+    once gone, created again before the new pods."""
+    job, _ = _running_gang("kubernetes", restart_count=1)
+    placed = _placed_group(job)
+    going = gang_pods(job, "kubernetes", ps_0=dict(deleting=True), worker_0=dict(deleting=True),
+                      worker_1=dict(deleting=True))
+    plan = run(job, Observed(pods=going, services=all_services(job), group=placed), ctx=ctx("kubernetes"))
+    assert refs(plan) == ["PodGroup/tf-job"] and plan.create == [] and plan.create_group is None
+    assert plan.status["gang"]["message"] == ("waiting for pods: 0 of the gang's 3 exist, and kubernetes places "
+                                              "none of them until all do")
+    waiting = with_status(job, **plan.status)
+    # the old group terminating (its finalizer goes with the last pod that names it): nothing is made
+    plan = run(waiting, Observed(services=all_services(job), group=group_of(placed, deleting=True)),
+               ctx=ctx("kubernetes"))
+    assert plan.create == [] and plan.create_group is None and plan.delete == []
+    assert plan.status is None or "waiting for the previous PodGroup" in plan.status["gang"]["schedulerMessage"]
+    # gone: the group anew, then the pods, in one pass (the group is created first)
+    plan = run(waiting, Observed(services=all_services(job)), ctx=ctx("kubernetes"))
+    assert plan.create_group["metadata"]["name"] == "tf-job" and names(plan.create) == PODS
+
+
+def test_kubernetes_keeps_the_group_of_a_gang_it_placed():
+    job, _ = _running_gang("kubernetes")
+    plan = run(job, Observed(pods=gang_pods(job, "kubernetes"), services=all_services(job),
+                             group=_placed_group(job)), ctx=ctx("kubernetes"))
+    assert plan.delete == [] and plan.create_group is None and plan.patch == []
 
 
 # (group phase, pods created?)

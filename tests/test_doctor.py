@@ -148,14 +148,28 @@ def test_report(checks, code, last):
 # ------------------------------------------------------------ run_checks, fake cluster
 class FakeCluster:
     def __init__(self, crds=(), granted=(), leases=(), pods=(), bindings=None, args=None,
-                 operator=None):
+                 operator=None, served=(), keeps_scheduling_group=True):
         self.crds, self.granted = set(crds), {u: set(p) for u, p in dict(granted).items()}
+        # served: (api_version, plural) discovery lists; keeps_scheduling_group: the gate, or an error
+        self._served, self._keeps = set(served), keeps_scheduling_group
         self._leases, self._pods, self.bindings = list(leases), list(pods), bindings or {}
         # operator: (Deployment, its pods, its Lease); args: a Deployment with these args alone
         self.operator = operator or ((_deployment(args=args), [], None) if args is not None else (None, [], None))
 
     def crd_names(self):
         return self.crds
+
+    def served(self, api_version, plural):
+        return (api_version, plural) in self._served
+
+    def gang_apis(self):
+        keys = registry.served_keys()
+        return self.crds | {key for key, api in keys.items() if api in self._served}
+
+    def keeps_scheduling_group(self, namespace):
+        if isinstance(self._keeps, Exception):
+            raise self._keeps
+        return self._keeps
 
     def allowed(self, user, groups, group, resource, verb):
         return (group, resource, verb) in self.granted.get(user, set())
@@ -358,3 +372,37 @@ def test_doctor_on_real_cluster(request):
 def test_resolve_warns_about_an_unknown_backend_name(flag, args, warned, source):
     target = doctor.backend_to_check(FakeCluster(args=args), flag, None, "kubeflow", "tfop")
     assert target.warning == (source + registry.flag_warning(warned) if warned else None)
+
+
+# ------------------------------------------------------------ Kubernetes' own gang: its API and gate
+NATIVE_API = ("scheduling.k8s.io/v1beta1", "podgroups")
+SERVED_TITLE = "the apiserver serves podgroups in scheduling.k8s.io/v1beta1"
+KEPT_TITLE = "pods keep spec.schedulingGroup (feature gate GenericWorkload on)"
+
+
+@pytest.mark.parametrize("served,keeps,expected", [
+    ((NATIVE_API,), True, [(SERVED_TITLE, True), (KEPT_TITLE, True)]),
+    ((), True, [(SERVED_TITLE, False)]),
+    ((NATIVE_API,), False, [(SERVED_TITLE, True), (KEPT_TITLE, False)]),
+    ((NATIVE_API,), RuntimeError("403 Forbidden"), [(SERVED_TITLE, True), (KEPT_TITLE, None)]),
+])
+def test_kubernetes_backend_checks_its_api_and_gate(served, keeps, expected):
+    backend, _ = registry.load_backend("kubernetes")
+    checks = doctor.builtin_api_checks(FakeCluster(served=served, keeps_scheduling_group=keeps), backend, "kubeflow")
+    assert [(c.title, c.ok) for c in checks] == expected
+    for check in checks:
+        if check.ok is False:
+            assert "--feature-gates=GenericWorkload=true" in check.fix
+            assert "--runtime-config=scheduling.k8s.io/v1beta1=true" in check.fix
+
+
+@pytest.mark.parametrize("name", ["volcano", "kube-arbitrator", "coscheduling"])
+def test_other_backends_have_no_builtin_api_checks(name):
+    backend, _ = registry.load_backend(name)
+    assert doctor.builtin_api_checks(FakeCluster(), backend, "kubeflow") == []
+
+
+def test_auto_target_finds_kubernetes_own_gangs_by_discovery():
+    cluster = FakeCluster(crds={doctor.TFJOB_CRD}, served=(NATIVE_API,), args=["--gang-scheduler-name", "auto"])
+    backend, _, why, _ = doctor.backend_to_check(cluster, None, None, "kubeflow", "tfop")
+    assert backend.name == "kubernetes" and "serves podgroups.scheduling.k8s.io/v1beta1" in why

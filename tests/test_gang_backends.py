@@ -11,6 +11,7 @@ from tfop.gang.base import PodMarkings
 from tfop.gang.backends.coscheduling import CoschedulingLabelsBackend
 from tfop.gang.backends.koordinator import KoordinatorBackend
 from tfop.gang.backends.kube_batch import KubeBatchBackend
+from tfop.gang.backends.kubernetes import KubernetesBackend
 from tfop.gang.backends.pdb import PdbBackend
 from tfop.gang.backends.scheduler_plugins import SchedulerPluginsBackend
 from tfop.gang.shape import compute_shape
@@ -102,6 +103,16 @@ CASES = {
             "gang.scheduling.koordinator.sh/mode": "Strict"})),
         []),
 }
+
+# Kubernetes' own gang: the PodGroup and a spec field on each pod, one priority for group and pods.
+CASES["kubernetes"] = (
+    KubernetesBackend(),
+    {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": metadata(),
+     "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}, "disruptionMode": {"all": {}},
+              "priorityClassName": "high"}},
+    same_for_all(PodMarkings(spec={"schedulingGroup": {"podGroupName": "tf-smoke-gpu"},
+                                   "priorityClassName": "high"})),
+    [{"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"], "verbs": VERBS}])
 
 YK_LABELS = {"applicationId": "ml-tf-smoke-gpu-0b5c3f2e", "queue": "research"}
 YK_GROUPS = [{"name": "ps", "minMember": 1, "minResource": {"cpu": "1"}},
@@ -280,8 +291,27 @@ def test_podgroup_spec_shape(name):
                                       "ownerReferences"}
 
 
+def test_kubernetes_without_a_priority_class_leaves_the_default_to_admission():
+    plain = job(*seed003().replicas, name="tf-smoke-gpu")
+    group, markings = objects(KubernetesBackend(), plain)
+    assert "priorityClassName" not in group["spec"]
+    assert markings == same_for_all(PodMarkings(spec={"schedulingGroup": {"podGroupName": "tf-smoke-gpu"}}))
+
+
+@pytest.mark.parametrize("observed,desired,patch", [
+    ({"spec": {"schedulingPolicy": {"gang": {"minCount": 5}}, "disruptionMode": {"single": {}}, "priority": 0}},
+     {"spec": {"schedulingPolicy": {"gang": {"minCount": 5}}, "disruptionMode": {"all": {}}}}, None),
+    ({"spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}},
+     {"spec": {"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "high"}},
+     {"spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}),
+])
+def test_kubernetes_patches_only_min_count(observed, desired, patch):
+    """The other fields of a PodGroup's spec are immutable: a patch of them is refused."""
+    assert KubernetesBackend().group_changes(observed, desired) == patch
+
+
 @pytest.mark.parametrize("backend", [PdbBackend(), KubeBatchBackend(), VolcanoBackend(),
-                                     SchedulerPluginsBackend()])
+                                     SchedulerPluginsBackend(), KubernetesBackend()])
 def test_no_group_for_a_job_without_pods(backend):
     empty = job(replica("Worker", 0, template(container())))
     assert backend.group_object(empty, compute_shape(empty, {})) is None

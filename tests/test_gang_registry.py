@@ -66,8 +66,11 @@ VOLCANO = {"podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"}
 SP = {"podgroups.scheduling.x-k8s.io"}
 KB = {"podgroups.scheduling.incubator.k8s.io"}
 KOORD = {"reservations.scheduling.koordinator.sh"}
+NATIVE = {"podgroups.scheduling.k8s.io/v1beta1"}  # discovery lists Kubernetes' own PodGroups (served_key)
 DETECT = [
     (VOLCANO | SP | KB | KOORD, "volcano"),
+    (VOLCANO | NATIVE, "volcano"),  # a batch scheduler installed on purpose wins over the built-in API
+    (KOORD | NATIVE, "koordinator"),
     (SP | KB | KOORD, "scheduler-plugins"),
     (KB | KOORD | {"tfjobs.kubeflow.org"}, "kube-batch"),
     (KOORD, "koordinator"),
@@ -80,6 +83,16 @@ def test_detect_backend(crds, expected):
     name, why = detect_backend(crds)
     assert name == expected
     assert why.startswith("--gang-scheduler-name=auto: found ") and why.endswith(f"so {expected}")
+
+
+def test_detect_kubernetes_own_gangs_by_discovery():
+    assert registry.served_keys() == {"podgroups.scheduling.k8s.io/v1beta1": ("scheduling.k8s.io/v1beta1", "podgroups")}
+    name, why = detect_backend(NATIVE | {"tfjobs.kubeflow.org", "podgroups.scheduling.k8s.io/v1alpha2"})
+    assert (name, why) == ("kubernetes", "--gang-scheduler-name=auto: no batch scheduler's CRDs, and the apiserver "
+                                         "serves podgroups.scheduling.k8s.io/v1beta1, so kubernetes")
+    with pytest.raises(ValueError, match="nor is a built-in gang API served; looked for .*, "
+                                         "podgroups.scheduling.k8s.io/v1beta1$"):
+        detect_backend({"podgroups.scheduling.k8s.io/v1alpha2"})  # 1.36's API: not what the backend writes
 
 
 def test_auto_through_load_backend():
@@ -125,7 +138,7 @@ def test_entry_points_extend_and_override(monkeypatch):
     assert type(load_backend("volcano")[0]) is KubeBatchBackend
 
 
-KNOWN = ("coscheduling, koordinator, kube-arbitrator, kube-batch, scheduler-plugins, volcano, yunikorn")
+KNOWN = ("coscheduling, koordinator, kube-arbitrator, kube-batch, kubernetes, scheduler-plugins, volcano, yunikorn")
 
 
 @pytest.mark.parametrize("name,scheduler,warning", [
@@ -150,7 +163,7 @@ def test_flag_warning(name, scheduler, warning):
 
 @pytest.mark.parametrize("name,hint", [
     ("kube-batcher", "did you mean kube-batch?"), ("yunicorn", "did you mean yunikorn?"),
-    ("kube", "did you mean kube-arbitrator or kube-batch?"), ("coscheduling-v2", "did you mean coscheduling?"),
+    ("kube", "did you mean kube-arbitrator or kube-batch or kubernetes?"), ("coscheduling-v2", "did you mean coscheduling?"),
     ("my-scheduler", None),
 ])
 def test_flag_warning_suggests_the_backend_meant(name, hint):

@@ -6,6 +6,7 @@ from tfop.gang.common import pending_reason
 from tfop.gang.backends.coscheduling import CoschedulingLabelsBackend
 from tfop.gang.backends.koordinator import KoordinatorBackend
 from tfop.gang.backends.kube_batch import KubeBatchBackend
+from tfop.gang.backends.kubernetes import KubernetesBackend
 from tfop.gang.backends.pdb import PdbBackend
 from tfop.gang.backends.scheduler_plugins import SchedulerPluginsBackend
 from tfop.gang.backends.volcano import VolcanoBackend
@@ -179,3 +180,48 @@ def test_volcano_pending_group_says_what_admission_waits_for():
     state = VolcanoBackend().state(pending, [])
     assert state.message == ("PodGroup is Pending (Volcano admits it once its minResources, cpu 5, nvidia.com/gpu 8, "
                              "fit in the idle capacity of the cluster and of queue research)")
+
+
+def native(minimum=3, condition=None, deleting=False):
+    out = {"metadata": {"name": "j"}, "spec": {"schedulingPolicy": {"gang": {"minCount": minimum}}}, "status": {}}
+    if condition is not None:
+        out["status"]["conditions"] = [{"type": "PodGroupInitiallyScheduled", **condition}]
+    if deleting:
+        out["metadata"]["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    return out
+
+
+def live(n, message=None):
+    return [pod(message) for _ in range(n)]
+
+
+GONE = {"metadata": {"deletionTimestamp": "2026-11-27T00:00:00Z"}, "status": {"phase": "Running"}}
+NATIVE_NO_FIT = "minCount (3) cannot be satisfied: 1 scheduled, 2 remaining"
+KUBERNETES = [
+    (None, [], GangState(False, "", "NotAdmitted", "waiting for the PodGroup to be created")),
+    (native(deleting=True), [GONE],
+     GangState(False, "", "NotAdmitted", "waiting for the previous PodGroup to be deleted: a gang restart needs a new one")),
+    # PreEnqueue holds the pods until minCount exist, and writes nothing
+    (native(), live(2), GangState(True, "", "", "waiting for kube-scheduler to try the gang")),
+    (native(), live(3), GangState(True, "", "", "waiting for kube-scheduler to try the gang")),
+    (native(condition={"status": "False", "reason": "Unschedulable", "message": NATIVE_NO_FIT}),
+     live(3, NO_FIT),
+     GangState(True, "", "Unschedulable", f"PodGroup not scheduled (Unschedulable): {NATIVE_NO_FIT}; "
+                                          f"3/3 pods unschedulable: {NO_FIT}")),
+    (native(condition={"status": "False", "reason": "SchedulerError"}), live(3),
+     GangState(True, "", "SchedulerError", "PodGroup not scheduled (SchedulerError): no reason given")),
+    (native(condition={"status": "True", "reason": "Scheduled"}), live(3),
+     GangState(True, "", "", "PodGroup scheduled")),
+    # placed once, its pods since deleted (a whole-gang restart): it judges no new gang, so it is made anew
+    (native(condition={"status": "True", "reason": "Scheduled"}), [GONE, GONE],
+     GangState(False, "", "NotAdmitted", "the PodGroup placed an earlier gang and judges no other: it is made anew",
+               spent=True)),
+    (native(condition={"status": "True", "reason": "Scheduled"}), [],
+     GangState(False, "", "NotAdmitted", "the PodGroup placed an earlier gang and judges no other: it is made anew",
+               spent=True)),
+]
+
+
+@pytest.mark.parametrize("observed,pods,expected", KUBERNETES)
+def test_kubernetes_state(observed, pods, expected):
+    assert KubernetesBackend().state(observed, pods) == expected

@@ -49,9 +49,9 @@ def test_base_rules_without_gang_reads():
     assert not {p for p in perms if p[0] == "kubeflow.org" and p[2] == "get"}
 
 
-# backend -> its CRD reads: get (the start-up check of its group's CRD), list (`auto` may pick it)
+# backend -> its CRD reads: get (the start-up check of its group's CRD, when it is one), list (`auto` may pick it by CRDs)
 CRD_VERBS = {"volcano": ["get", "list"], "scheduler-plugins": ["get", "list"], "kube-batch": ["get", "list"],
-             "kube-arbitrator": ["get"], "koordinator": ["list"], "coscheduling": [], "yunikorn": []}
+             "kube-arbitrator": [], "koordinator": ["list"], "coscheduling": [], "yunikorn": [], "kubernetes": []}
 
 
 @pytest.mark.parametrize("name", sorted(CRD_VERBS))

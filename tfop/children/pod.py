@@ -1,4 +1,5 @@
-"""The pod of one replica: the user's template plus labels, gang markings, the tfjob-port and TF_CONFIG."""
+"""The pod of one replica: the user's template plus labels, gang markings (labels, annotations, spec fields),
+the tfjob-port and TF_CONFIG."""
 from __future__ import annotations
 
 import copy
@@ -41,6 +42,7 @@ def build_pod(templates: Templates, job: TFJob, replica: ReplicaSpec, index: int
     )
     spec = copy.deepcopy(dict(user_spec))
     spec.update(pod["spec"])
+    spec.update(copy.deepcopy(dict(options.markings.spec)))
     pod["spec"] = spec
     cluster = options.cluster_config or ClusterConfig(job, options.cluster_domain)
     _prepare_tensorflow_container(spec, cluster.for_task(replica.type, index))

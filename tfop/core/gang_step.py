@@ -46,6 +46,8 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
     # A group this pass creates is read as created (the scheduler has not seen it yet), so that the
     # pass after its create settles on it (tests/core_fixtures.assert_settles): its answer starts none.
     state = backend.state(view.group or draft.plan.create_group, list(view.all_pods))
+    if state.spent:
+        draft.delete_group(backend.group_resource.plural)  # created anew once gone, before the pods
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state
@@ -88,7 +90,8 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
         draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say whether the scheduler holds it back
     long_unadmitted = unadmitted and waited >= ADMISSION_GRACE_SECONDS
     waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
-                                   view.obs.priority_values, long_unadmitted=long_unadmitted)
+                                   view.obs.priority_values, long_unadmitted=long_unadmitted,
+                                   awaited=_awaited(view, shape) if backend.waits_for_every_member else None)
     # A placed gang only starts: what the scheduler said before it bound the pods is behind it.
     gang["reason"] = GANG_PENDING if waiting.placed else waiting.cause or scheduler_reason(state)
     gang["message"] = conditions.capped(waiting.message, conditions.MAX_CONDITION_MESSAGE)
@@ -98,6 +101,13 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     gang["schedulerMessage"] = conditions.capped(said, conditions.MAX_CONDITION_MESSAGE)
     gang["since"] = since
     return gang, waiting.fits
+
+
+def _awaited(view, shape: GangShape) -> int:
+    """Members the gang lacks that this pass cannot create: their names are still held by pods going
+    away (the last gang's, after a restart). Absent names are created in this pass, or say why not."""
+    creatable = sum(1 for name in view.expected_names() if name not in view.pods)
+    return max(0, shape.min_member - len(view.members) - creatable)
 
 
 def scheduler_reason(state: GangState) -> str:

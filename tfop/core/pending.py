@@ -95,10 +95,12 @@ def _pod_spec(job: TFJob, rtype: str) -> Mapping[str, Any]:
 def explain_gang(job: TFJob, shape: GangShape, members: Sequence[Mapping[str, Any]], scheduler: str,
                  capacity: Capacity | None, queues: Mapping[str, str] | None,
                  priority_values: Mapping[str, int] | None, default_queue: str = "default",
-                 long_unadmitted: bool = False) -> Waiting:
-    """The first of: a missing PriorityClass, a missing or closed queue, too little free in the
-    cluster, no nodes with room for the pods, the scheduler holding back a gang the free capacity
-    fits (long_unadmitted: its group not admitted for a while); else the gang is on its way."""
+                 long_unadmitted: bool = False, awaited: int | None = None) -> Waiting:
+    """The first of: a missing PriorityClass, a missing or closed queue, pods of the gang that cannot be
+    created yet (awaited: how many the gang lacks beyond those this pass creates, for a scheduler that
+    looks at none of its pods until all exist; None for others), too little free in the cluster, no
+    nodes with room for the pods, the scheduler holding back a gang the free capacity fits
+    (long_unadmitted: its group not admitted for a while); else the gang is on its way."""
     missing = missing_priority_class(job, shape, priority_values)
     if missing:
         return Waiting(f"priority class {missing} does not exist", PRIORITY_CLASS_NOT_FOUND)
@@ -109,6 +111,9 @@ def explain_gang(job: TFJob, shape: GangShape, members: Sequence[Mapping[str, An
         state = queues[queue]
         if state != "Open":
             return Waiting(f"queue {queue} is {state.lower() if state else 'not open'}", QUEUE_CLOSED)
+    if awaited:
+        return Waiting(f"waiting for pods: {len(members)} of the gang's {shape.min_member} exist, and {scheduler} "
+                       f"places none of them until all do")
     left = unplaced(shape, members)
     if not left:
         return Waiting(f"all {_pods(shape.min_member)} of the gang are placed; waiting for them to start", placed=True)

@@ -49,6 +49,9 @@ class GangShape:
 class PodMarkings:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # Pod spec fields the scheduler reads (Kubernetes' own gang: spec.schedulingGroup); they win over
+    # the template's, since a member the scheduler cannot match to its group breaks the gang.
+    spec: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class GangState:
     # False when the pods only echo that a sibling was rejected: the reason why is elsewhere,
     # so the operator keeps the message it last had for this reason.
     explained: bool = True
+    # The group has served its turn (a scheduler that judges each group once already placed it, and
+    # its pods are gone): the operator deletes it and creates it anew before any pod.
+    spent: bool = False
 
 
 class GangBackend(ABC):
@@ -74,6 +80,12 @@ class GangBackend(ABC):
     group_resource: ClassVar[GroupResource | None] = None
     # CRDs (plural.group) whose presence means this scheduler is installed (doctor, auto).
     crds: ClassVar[tuple[str, ...]] = ()
+    # For a scheduler built into Kubernetes: the API version (group/version) that serves its group
+    # objects once enabled; discovery finds it (doctor, auto), as no CRD is installed.
+    served_api: ClassVar[str | None] = None
+    # The scheduler looks at none of a gang's pods until minMember of them exist, and says nothing
+    # meanwhile: tfop's sentence says it waits for pods.
+    waits_for_every_member: ClassVar[bool] = False
     # The scheduler's queue objects (cluster-scoped), whose state explains a gang that waits in one.
     queue_resource: ClassVar[GroupResource | None] = None
     # Extra ClusterRole rules the operator needs for this backend.
@@ -103,7 +115,7 @@ class GangBackend(ABC):
     def pod_markings(
         self, job: TFJob, replica: ReplicaSpec, index: int, shape: GangShape
     ) -> PodMarkings:
-        """Labels and annotations that make one pod a member of the gang."""
+        """Labels, annotations and spec fields that make one pod a member of the gang."""
 
     def group_changes(self, observed: Mapping[str, Any], desired: Mapping[str, Any]) -> dict | None:
         """A merge patch bringing the observed group's spec to the desired one, or None."""

@@ -22,6 +22,18 @@ def group_rules(resource: GroupResource) -> tuple[dict, ...]:
              "verbs": list(GROUP_VERBS)},)
 
 
+def group_crd(backend: Any) -> str | None:
+    """The CRD (plural.group) of the backend's group objects, when it is one of the CRDs the backend
+    declares; None for a backend without group objects or whose group is a built-in kind (a
+    PodDisruptionBudget, Kubernetes' own PodGroup), which no CRD check may call missing. Duck-typed:
+    a third-party backend may lack either attribute."""
+    resource = getattr(backend, "group_resource", None)
+    if resource is None:
+        return None
+    crd = f"{resource.plural}.{resource.group}"
+    return crd if crd in getattr(backend, "crds", ()) else None
+
+
 def group_metadata(job: TFJob, shape: GangShape) -> dict:
     return {
         "name": shape.group_name,

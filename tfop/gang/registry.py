@@ -27,6 +27,7 @@ BUILTIN = {
     "coscheduling": "tfop.gang.backends.coscheduling:CoschedulingLabelsBackend",
     "koordinator": "tfop.gang.backends.koordinator:KoordinatorBackend",
     "yunikorn": "tfop.gang.backends.yunikorn:YunikornBackend",
+    "kubernetes": "tfop.gang.backends.kubernetes:KubernetesBackend",
 }
 ALIASES = {"pdb": "kube-arbitrator"}
 DEFAULT = "volcano"  # upstream's --gang-scheduler-name default
@@ -36,11 +37,14 @@ AUTO = "auto"
 # scheduler-plugins (upstream's other one), then kube-batch (Volcano's ancestor;
 # its CRD lingers after upgrades, hence below the two), then Koordinator (its
 # CRDs are installed for colocation too, so it is the weakest signal), then any
-# third-party backend that names CRDs, alphabetically. Label-only backends
-# (coscheduling, yunikorn) and the PDB one leave no CRD and are never picked.
+# third-party backend that names CRDs, alphabetically, and last Kubernetes' own (the
+# kubernetes backend), whose API is served by the apiserver itself once enabled: a cluster
+# that also runs a batch scheduler installed it on purpose. Label-only backends (coscheduling,
+# yunikorn) and the PDB one leave no trace and are never picked.
 AUTO_ORDER = ("volcano", "scheduler-plugins", "kube-batch", "koordinator")
-# What `auto` reads: the installed CRD names, or a callable listing them (called only for
-# `auto`, so other names never need the right to list CRDs); None where there is no cluster.
+# What `auto` reads: the installed CRD names, plus each built-in group API that discovery lists
+# (served_key), or a callable giving them (called only for `auto`, so other names never need the
+# right to list CRDs); None where there is no cluster.
 InstalledCrds = Union[Iterable[str], Callable[[], Iterable[str]], None]
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -72,22 +76,52 @@ def backend_class(name: str) -> type[GangBackend]:
     return cls
 
 
-def detect_backend(installed_crds: set[str]) -> tuple[str, str]:
-    """(name, why) of the preferred backend whose CRDs are all installed."""
+def served_key(backend: type[GangBackend]) -> str | None:
+    """How `auto` names a built-in group API that discovery lists: "podgroups.scheduling.k8s.io/v1beta1"."""
+    resource = backend.group_resource
+    if not backend.served_api or resource is None:
+        return None
+    return f"{resource.plural}.{resource.group}/{resource.version}"
+
+
+def served_keys() -> dict[str, tuple[str, str]]:
+    """served_key -> (api_version, plural) of every backend whose group API is built in: what `auto`
+    looks up in discovery."""
+    keys = {}
+    for name in backend_names():
+        try:
+            cls = backend_class(name)
+        except ValueError:
+            continue
+        key = served_key(cls)
+        if key is not None and cls.group_resource is not None:
+            keys[key] = (cls.group_resource.api_version, cls.group_resource.plural)
+    return keys
+
+
+def detect_backend(installed: set[str]) -> tuple[str, str]:
+    """(name, why) of the preferred backend whose CRDs are all installed, else of one whose built-in
+    API is served (`installed` holds both: CRD names and served_key names)."""
     others = sorted(n for n in backend_names() if n not in AUTO_ORDER)
-    looked_for = []
+    looked_for, built_in = [], []
     for name in (*AUTO_ORDER, *others):
         try:
-            crds = backend_class(name).crds
+            cls = backend_class(name)
         except ValueError:
             continue  # a broken third-party plugin must not stop detection
-        if not crds:
+        if served_key(cls):
+            built_in.append((name, served_key(cls)))
+        if not cls.crds:
             continue
-        looked_for.extend(crds)
-        if set(crds) <= set(installed_crds):
-            return name, f"--gang-scheduler-name=auto: found {', '.join(crds)}, so {name}"
-    raise ValueError("--gang-scheduler-name=auto: no gang scheduler's CRDs are installed; "
-                     f"looked for {', '.join(looked_for)}")
+        looked_for.extend(cls.crds)
+        if set(cls.crds) <= set(installed):
+            return name, f"--gang-scheduler-name=auto: found {', '.join(cls.crds)}, so {name}"
+    for name, key in built_in:
+        looked_for.append(key)
+        if key in installed:
+            return name, f"--gang-scheduler-name=auto: no batch scheduler's CRDs, and the apiserver serves {key}, so {name}"
+    raise ValueError("--gang-scheduler-name=auto: no gang scheduler's CRDs are installed, nor is a built-in "
+                     f"gang API served; looked for {', '.join(looked_for)}")
 
 
 def load_backend(name: str | None, scheduler_name: str | None = None, *,

@@ -42,12 +42,14 @@ log = logging.getLogger("tfop")
 
 async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend | None:
     """The gang backend the flags select (registry.backend_from_flags), None when gang scheduling is off."""
-    from tfop.gang.registry import AUTO, backend_from_flags, flag_warning
+    from tfop.gang.common import group_crd
+    from tfop.gang.registry import AUTO, backend_from_flags, flag_warning, served_key, served_keys
 
     installed = None
     if settings.gang_scheduler_name == AUTO:  # listed up front: the resolver cannot await a callable
         listing = await client.list("apiextensions.k8s.io/v1", "customresourcedefinitions")
         installed = {item["metadata"]["name"] for item in listing.get("items") or []}
+        installed |= await served_group_apis(client, served_keys())
     backend, why = backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name,
                                       settings.scheduler_name, installed_crds=installed)
     log.info("gang scheduling: %s", why)
@@ -56,6 +58,11 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
         log.warning("gang scheduling: %s", warning)
     if backend is None:
         return None
+    key = served_key(type(backend))
+    if key is not None and not await served_group_apis(client, {key: served_keys()[key]}):
+        log.error("the apiserver does not serve %s: %s gangs cannot be created until it does (Kubernetes "
+                  "1.37+ with the GenericWorkload feature gate and that API enabled; see `tfop doctor`)",
+                  key, backend.name)
     crd = group_crd(backend)
     if crd is None:
         return backend
@@ -74,15 +81,19 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     return backend
 
 
-def group_crd(backend: GangBackend) -> str | None:
-    """The CRD (plural.group) of the backend's group objects, when it is one of the CRDs the backend
-    declares; None for a backend without group objects or whose group is a built-in kind (the
-    PodDisruptionBudget of kube-arbitrator's), which no CRD check may call missing."""
-    resource = backend.group_resource
-    if resource is None:
-        return None
-    crd = f"{resource.plural}.{resource.group}"
-    return crd if crd in backend.crds else None
+async def served_group_apis(client: KubeClient, keys: dict[str, tuple[str, str]]) -> set[str]:
+    """Which of the built-in gang APIs (registry.served_keys: key -> (api_version, plural)) discovery lists."""
+    served = set()
+    for key, (api_version, plural) in keys.items():
+        try:
+            found = await client.request("GET", f"/apis/{api_version}")
+        except ApiError as err:
+            if err.status != 404:  # 404: that API version is not served
+                raise
+            continue
+        if any(r.get("name") == plural for r in (found or {}).get("resources") or []):
+            served.add(key)
+    return served
 
 
 def replica_identity() -> str:

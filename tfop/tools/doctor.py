@@ -19,7 +19,7 @@ import yaml
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang import registry
 from tfop.gang.base import GangBackend
-from tfop.tools import operator_args, operator_health
+from tfop.tools import discovery, operator_args, operator_health
 from tfop.tools.checks import LEASE_GRACE, Check, lease_is_live, parse_time
 from tfop.tools.checks import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
 from tfop.tools.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
@@ -210,6 +210,16 @@ class Cluster:
     def crd_names(self) -> set[str]:
         return {c.metadata.name for c in self.ext.list_custom_resource_definition().items}
 
+    def gang_apis(self) -> set[str]:
+        """What `auto` picks a backend from: the CRDs, and the built-in gang APIs discovery lists."""
+        return self.crd_names() | discovery.served_group_apis(self.api)
+
+    def served(self, api_version: str, plural: str) -> bool:
+        return discovery.served(self.api, api_version, plural)
+
+    def keeps_scheduling_group(self, namespace: str) -> bool:
+        return discovery.keeps_scheduling_group(self.api, namespace)
+
     def allowed(self, user: str, groups: list[str], group: str, resource: str, verb: str) -> bool:
         c = self._client
         res, _, sub = resource.partition("/")
@@ -281,6 +291,33 @@ def crd_checks(installed: set[str], backend: GangBackend | None) -> list[Check]:
     return checks
 
 
+def builtin_api_checks(cluster: Cluster, backend: GangBackend | None, namespace: str) -> list[Check]:
+    """For a gang scheduler built into Kubernetes: its API served, and the apiserver keeping the pods'
+    reference to their group (both need the feature gate; without it the field is dropped silently)."""
+    if backend is None or not backend.served_api or backend.group_resource is None:
+        return []
+    resource = backend.group_resource
+    fix = ("Kubernetes 1.37+: kube-apiserver --runtime-config=scheduling.k8s.io/v1beta1=true "
+           "--feature-gates=GenericWorkload=true, and --feature-gates=GenericWorkload=true on "
+           "kube-scheduler and kube-controller-manager")
+    title = f"the apiserver serves {resource.plural} in {resource.api_version}"
+    try:
+        serves = cluster.served(resource.api_version, resource.plural)
+    except Exception as err:
+        return [Check(title, False, f"discovery failed: {_forbidden(err)}", fix)]
+    if not serves:
+        return [Check(title, False, f"gang backend {backend.name} creates them; the API is not enabled", fix)]
+    checks = [Check(title, True)]
+    kept = "pods keep spec.schedulingGroup (feature gate GenericWorkload on)"
+    try:
+        checks.append(Check(kept, True) if cluster.keeps_scheduling_group(namespace) else Check(
+            kept, False, "a dry-run pod lost its spec.schedulingGroup: the apiserver's GenericWorkload gate is off, "
+            "so kube-scheduler sees no gang", fix))
+    except Exception as err:
+        checks.append(Check(kept, None, f"cannot dry-run a pod in {namespace}: {_forbidden(err)}"))
+    return checks
+
+
 def permission_check(cluster: Cluster, title: str, account: tuple[str, str],
                      wanted: Iterable[tuple[str, str, str]]) -> Check:
     """Does ServiceAccount `account` (namespace, name) hold every wanted permission? If not, the fix."""
@@ -349,6 +386,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = D
     permissions: in that order."""
     now = now or dt.datetime.now(dt.timezone.utc)
     checks = crd_checks(cluster.crd_names(), backend)
+    checks += builtin_api_checks(cluster, backend, namespace)
     checks.append(permission_check(
         cluster, f"ServiceAccount {namespace}/{service_account} has every permission the operator uses",
         (namespace, service_account), permissions(operator_rules(backend))))
@@ -402,6 +440,6 @@ def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, schedule
         scheduler_name = scheduler_name or operator_args.flag_value(args, operator_args.SCHEDULER_NAME)
         source = f"Deployment {namespace}/{deployment} args: "
     backend, why = registry.backend_from_flags(enable, gang_scheduler_name, scheduler_name,
-                                               installed_crds=cluster.crd_names)
+                                               installed_crds=cluster.gang_apis)
     warning = registry.flag_warning(gang_scheduler_name, scheduler_name) if backend is not None else None
     return GangTarget(backend, scheduler_name, source + why, warning and source + warning)

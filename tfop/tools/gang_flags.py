@@ -12,7 +12,8 @@ from tfop.tools.operator_args import ENABLE, GANG_NAME, SCHEDULER_NAME
 ENABLE_HELP = "Make every TFJob a gang (backend: --gang-scheduler-name, else volcano)."
 GANG_NAME_HELP = ("Gang backend; implies --enable-gang-scheduling. One of volcano (the default), "
                   "scheduler-plugins, coscheduling, kube-batch, kube-arbitrator (alias pdb), "
-                  "koordinator, yunikorn; auto: detected from the cluster's CRDs (refused where "
+                  "koordinator, yunikorn, kubernetes (kube-scheduler's own gangs, 1.37+); auto: "
+                  "detected from the cluster's CRDs and APIs (refused where "
                   "there is no cluster: render, manifests); any other name: scheduler-plugins "
                   "with that schedulerName.")
 SCHEDULER_NAME_HELP = "schedulerName stamped on pods (overrides the gang backend's own)."

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 from tfop.gang.base import GangBackend
 from tfop.gang.registry import backend_from_flags
+from tfop.tools import discovery
 from tfop.tools.operator_args import ENABLE, GANG_NAME, flag_units, gang_flags, is_gang_flag, operator_container_index
 from tfop.tools.rbac import canonical_rule, operator_rules
 
@@ -100,12 +101,12 @@ class Target:
 
 
 def _backend_by_name(api_client: Any) -> Callable[[str | None], GangBackend]:
-    """Name -> backend; `auto` is detected from the cluster's CRDs, as the operator does."""
+    """Name -> backend; `auto` is detected from the cluster's CRDs and APIs, as the operator does."""
     from kubernetes import client
 
     def installed_crds() -> set[str]:
         crds = client.ApiextensionsV1Api(api_client).list_custom_resource_definition().items
-        return {c.metadata.name for c in crds}
+        return {c.metadata.name for c in crds} | discovery.served_group_apis(api_client)
 
     def resolve(name: str | None) -> GangBackend:
         backend, _why = backend_from_flags(True, name, installed_crds=installed_crds)

@@ -16,6 +16,7 @@ import yaml
 from tfop.api.constants import GROUP, PLURAL
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang.base import GangBackend
+from tfop.gang.common import group_crd
 
 NAME = DEFAULT_DEPLOYMENT  # ServiceAccount, ClusterRole and ClusterRoleBinding share it
 RBAC_API = "rbac.authorization.k8s.io"
@@ -69,10 +70,10 @@ KUEUE_RULES: tuple[dict, ...] = (
 
 def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
     """What the operator reads of CRDs at start for this backend: `get` of its group object's CRD
-    (logged when missing), `list` when `--gang-scheduler-name auto` may pick it (only backends that
-    name CRDs can be picked; `tfop gang enable` keeps `auto` in the args, so a role made for the
-    backend cannot tell)."""
-    verbs = ["get"] if getattr(backend, "group_resource", None) is not None else []
+    (logged when missing), `list` when `--gang-scheduler-name auto` may pick it by its CRDs (a
+    built-in API is found by discovery, which needs no rule; `tfop gang enable` keeps `auto` in the
+    args, so a role made for the backend cannot tell)."""
+    verbs = ["get"] if group_crd(backend) is not None else []
     verbs += ["list"] if getattr(backend, "crds", ()) else []  # duck-typed backends may lack both
     return ({"apiGroups": [CRD_API], "resources": ["customresourcedefinitions"], "verbs": verbs},) if verbs else ()
 

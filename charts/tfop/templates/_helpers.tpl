@@ -36,17 +36,18 @@ tfop/tools/rbac.py crd_rules): the CRD reads at start, and its group objects.
 volcano: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.volcano.sh, resource: podgroups}, queues: {apiGroup: scheduling.volcano.sh, resource: queues}}
 scheduler-plugins: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.x-k8s.io, resource: podgroups}}
 kube-batch: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.incubator.k8s.io, resource: podgroups}}
-kube-arbitrator: {crdVerbs: [get], groupObjects: {apiGroup: policy, resource: poddisruptionbudgets}}
+kube-arbitrator: {crdVerbs: [], groupObjects: {apiGroup: policy, resource: poddisruptionbudgets}}
 koordinator: {crdVerbs: [list]}
 coscheduling: {crdVerbs: []}
 yunikorn: {crdVerbs: []}
+kubernetes: {crdVerbs: [], groupObjects: {apiGroup: scheduling.k8s.io, resource: podgroups}}
 {{- end }}
 
 {{/* The backend gang.schedulerName selects: volcano when empty, an alias resolved, any other name scheduler-plugins. */}}
 {{- define "tfop.backend" -}}
 {{- $name := .Values.gang.schedulerName | default "volcano" -}}
 {{- if eq $name "auto" -}}
-{{- fail "gang.schedulerName=auto picks the backend from the CRDs installed in a cluster, and a template has none to look at: name the backend (one of: coscheduling, koordinator, kube-arbitrator, kube-batch, scheduler-plugins, volcano, yunikorn)" -}}
+{{- fail "gang.schedulerName=auto picks the backend from the CRDs installed in a cluster, and a template has none to look at: name the backend (one of: coscheduling, koordinator, kube-arbitrator, kube-batch, kubernetes, scheduler-plugins, volcano, yunikorn)" -}}
 {{- end -}}
 {{- if eq $name "pdb" }}{{ $name = "kube-arbitrator" }}{{ end -}}
 {{- if hasKey (include "tfop.backends" . | fromYaml) $name }}{{ $name }}{{ else }}scheduler-plugins{{ end -}}
