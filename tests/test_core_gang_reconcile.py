@@ -14,6 +14,7 @@ from tfop.gang.registry import load_backend
 from tfop.core.plan import Event
 from tfop.core.context import Observed
 from tfop.core.gang_step import recheck_after
+from tfop.core.outcomes import FailedWrite
 
 BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator", "kubernetes"]
 GROUP = {
@@ -139,6 +140,20 @@ def test_kubernetes_gang_restart_renews_the_group():
     # gone: the group anew, then the pods, in one pass (the group is created first)
     plan = run(waiting, Observed(services=all_services(job)), ctx=ctx("kubernetes"))
     assert plan.create_group["metadata"]["name"] == "tf-job" and names(plan.create) == PODS
+
+
+def test_kubernetes_gang_short_of_refused_pods_says_it_waits_for_them():
+    """kube-scheduler places none of a gang's pods until all exist, and says nothing meanwhile."""
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    quota = FailedWrite("create", "Pod", "tf-job-worker-1", 403,
+                        'pods "tf-job-worker-1" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, '
+                        'limited: pods=2')
+    first = [p for p in gang_pods(job, "kubernetes", phase="Pending") if not p["metadata"]["name"].endswith("worker-1")]
+    plan = run(job, Observed(pods=first, services=all_services(job), group=group_of(desired_group("kubernetes", job)),
+                             refusals=(quota,), refused_at=NOW - timedelta(seconds=0.5)), ctx=ctx("kubernetes"))
+    assert plan.status["gang"]["message"] == ("waiting for pods: 2 of the gang's 3 exist, and kubernetes places none "
+                                              "of them until all do")
+    assert ("Blocked", "True") in ctypes(plan.status)
 
 
 def test_kubernetes_keeps_the_group_of_a_gang_it_placed():

@@ -104,9 +104,10 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
 
 
 def _awaited(view, shape: GangShape) -> int:
-    """Members the gang lacks that this pass cannot create: their names are still held by pods going
-    away (the last gang's, after a restart). Absent names are created in this pass, or say why not."""
-    creatable = sum(1 for name in view.expected_names() if name not in view.pods)
+    """Members the gang lacks that this pass will not create: their names are still held by pods going
+    away (the last gang's, after a restart), or their creates were refused (a quota, a webhook: the
+    Blocked condition says which). Other absent names are created in this pass."""
+    creatable = 0 if view.obs.refusals else sum(1 for name in view.expected_names() if name not in view.pods)
     return max(0, shape.min_member - len(view.members) - creatable)
 
 
