@@ -7,6 +7,7 @@ request), all built by e2e.build.
 
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
                              [--schedulers default,coscheduling,volcano,koordinator]
+                             [--kubernetes 1.37]
     python -m e2e.cluster status|down [--dir DIR]
     python -m e2e.cluster restart --component NAME [--dir DIR]
 """
@@ -66,6 +67,18 @@ KUEUE_FRAMEWORK = "kubeflow.org/tfjob"
 KUEUE_WEBHOOK_PATHS = ("-kubeflow-org-v1-tfjob", "-kueue-x-k8s-io-")
 TFJOB_CRD = Path(__file__).resolve().parent.parent / "crds" / "kubeflow.org_tfjobs.yaml"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Optional control planes besides the harness's own (the `kubernetes` component): version ->
+# build component, whose binaries are named <binary>-<version>. Only apiserver, controller
+# manager and kube-scheduler; kubectl, etcd and kwok stay the harness's own.
+# 1.37: native gang scheduling (Workload API, scheduling.k8s.io/v1beta1 PodGroup), off by default
+# there, so enabled in all three: with the scheduler's gate on but v1beta1 not served, the
+# scheduler schedules no pod at all.
+KUBERNETES_VERSIONS = {"1.37": "kubernetes-1.37"}
+NATIVE_GANG_FLAGS = {
+    "kube-apiserver": ["--runtime-config=scheduling.k8s.io/v1beta1=true", "--feature-gates=GenericWorkload=true"],
+    "kube-controller-manager": ["--feature-gates=GenericWorkload=true"],  # podgroup-protection's finalizer
+    "kube-scheduler": ["--feature-gates=GenericWorkload=true"],
+}
 SERVICE_CIDR = "10.0.0.0/24"
 # On top of the apiserver's default plugins. OwnerReferencesPermissionEnforcement (on in
 # OpenShift): setting blockOwnerDeletion on a child needs `update` on its owner's finalizers,
@@ -124,9 +137,9 @@ def default_dir() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / f"tfop-e2e-{os.getuid()}"
 
 
-def components_for(schedulers) -> list[str]:
-    """Build components a cluster with these schedulers needs."""
-    comps = ["kubernetes", "etcd", "kwok"]
+def components_for(schedulers, kubernetes: str | None = None) -> list[str]:
+    """Build components a cluster with these schedulers (and control plane version) needs."""
+    comps = ["kubernetes", "etcd", "kwok"] + ([KUBERNETES_VERSIONS[kubernetes]] if kubernetes else [])
     # volcano-webhook: the volcano component's second binary
     extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn",
              "koordinator": "koordinator", "kueue": "kueue"}
@@ -190,7 +203,8 @@ class Cluster:
     def up(cls, dir: Path | str | None = None, *, gpu_nodes: int = 4, gpus_per_node: int = 1,
            schedulers: tuple[str, ...] | list[str] = ALL_SCHEDULERS, build_missing: bool = True,
            stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None,
-           real_nodes: int = 0, node_images: tuple[str, ...] = ("tf",)) -> "Cluster":
+           real_nodes: int = 0, node_images: tuple[str, ...] = ("tf",),
+           kubernetes: str | None = None) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter.
         real_nodes (0 or 1): a node backed by a real kubelet and containerd (e2e.realnode),
@@ -198,7 +212,19 @@ class Cluster:
         scheduler_qps: the client QPS (burst twice that) of kube-scheduler, the
         scheduler-plugins scheduler and controller, and kube-controller-manager instead
         of their defaults (50, burst 100; the scheduler-plugins controller 5, burst 10;
-        kube-controller-manager 20, burst 30)."""
+        kube-controller-manager 20, burst 30).
+        kubernetes: None (the harness's own version) or a key of KUBERNETES_VERSIONS ("1.37":
+        native gang scheduling on, kube-scheduler only, no real node)."""
+        if kubernetes is not None and kubernetes not in KUBERNETES_VERSIONS:
+            raise ClusterError(f"kubernetes={kubernetes!r}: None (the harness's own) or one of "
+                               f"{list(KUBERNETES_VERSIONS)}")
+        if kubernetes and set(schedulers) != {"default"}:
+            # The batch schedulers are built against the harness's Kubernetes, and the point of
+            # this control plane is kube-scheduler's own gang scheduling.
+            raise ClusterError(f"kubernetes={kubernetes!r} runs exactly the default scheduler (kube-scheduler); "
+                               f"schedulers={sorted(schedulers)}")
+        if kubernetes and real_nodes:
+            raise ClusterError(f"kubernetes={kubernetes!r} has no real nodes (its kubelet is not built)")
         unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
         if unknown:
             raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
@@ -213,7 +239,7 @@ class Cluster:
         if any(c.alive_components().values()):
             raise ClusterError(f"a cluster is already running in {c.dir}; run `down` first")
         if build_missing:
-            build.ensure(components_for(schedulers) + (["coredns"] if real_nodes else []))
+            build.ensure(components_for(schedulers, kubernetes) + (["coredns"] if real_nodes else []))
         c._stop_on_exit = stop_on_exit
         if stop_on_exit:
             atexit.register(c.down)
@@ -224,7 +250,7 @@ class Cluster:
                     c._claim_real_node(realnode.PATHS)
                     realnode.make_bridge()
                 c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps,
-                         address=realnode.NODE_IP if real_nodes else "127.0.0.1")
+                         address=realnode.NODE_IP if real_nodes else "127.0.0.1", kubernetes=kubernetes)
                 if real_nodes:
                     c._start_real_node(tuple(node_images), timeout, tainted=gpu_nodes > 0)
                 return c
@@ -433,7 +459,8 @@ class Cluster:
     # ---------- start-up ----------
 
     def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,
-               scheduler_qps: int | None = None, address: str = "127.0.0.1") -> None:
+               scheduler_qps: int | None = None, address: str = "127.0.0.1",
+               kubernetes: str | None = None) -> None:
         """The control plane; the apiserver on `address` (a real node's pods reach it there)."""
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
             _rmtree(self.dir / sub)
@@ -448,7 +475,7 @@ class Cluster:
                                           "kube_proxy_healthz", "kube_proxy_metrics")}
         server = f"https://{address}:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
-                      "next_node": 0, "scheduler_qps": scheduler_qps}
+                      "next_node": 0, "scheduler_qps": scheduler_qps, "kubernetes": kubernetes}
         self._save()
         self._make_pki(server)
         d, p, kc = self.dir, ports, self.dir / "kubeconfigs"
@@ -466,7 +493,8 @@ class Cluster:
         pk = self.pki
         (d / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         self._spawn("kube-apiserver", [
-            build.binary("kube-apiserver"), "--etcd-servers", etcd_url,
+            self._control_plane_binary("kube-apiserver"), *self._version_flags("kube-apiserver"),
+            "--etcd-servers", etcd_url,
             "--bind-address", address, "--advertise-address", address,
             "--secure-port", p["apiserver"],
             "--tls-cert-file", pk / "apiserver.crt", "--tls-private-key-file", pk / "apiserver.key",
@@ -501,7 +529,8 @@ class Cluster:
         auth = lambda name: ["--authentication-kubeconfig", comp_kc(name),  # noqa: E731
                              "--authorization-kubeconfig", comp_kc(name)]
         self._spawn("kube-controller-manager", [
-            build.binary("kube-controller-manager"), "--kubeconfig", comp_kc("kube-controller-manager"),
+            self._control_plane_binary("kube-controller-manager"), *self._version_flags("kube-controller-manager"),
+            "--kubeconfig", comp_kc("kube-controller-manager"),
             *auth("kube-controller-manager"),
             "--bind-address", "127.0.0.1", "--secure-port", p["kcm"], "--leader-elect=false",
             "--root-ca-file", pk / "ca.crt", "--service-account-private-key-file", pk / "sa.key",
@@ -545,6 +574,14 @@ class Cluster:
         if "kueue" in schedulers:
             self._start_kueue(timeout)
 
+    def _control_plane_binary(self, name: str) -> Path:
+        """kube-apiserver, kube-controller-manager or kube-scheduler of this cluster's version."""
+        version = self.state.get("kubernetes")
+        return build.binary(f"{name}-{version}" if version else name)
+
+    def _version_flags(self, name: str) -> list[str]:
+        return NATIVE_GANG_FLAGS[name] if self.state.get("kubernetes") == "1.37" else []
+
     def _kcm_client_flags(self) -> list[str]:
         """kube-controller-manager's client QPS (default 20, burst 30) bounds its endpoints and
         namespace controllers: a benchmark row would otherwise share it with the previous row's
@@ -570,15 +607,20 @@ class Cluster:
         p = self.state["ports"]
         auth = ["--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
                 "--bind-address", "127.0.0.1", "--secure-port", p["scheduler"]]
-        if self.state.get("scheduler_qps"):
-            # The client QPS has no flag of its own (only in the configuration file), and the
-            # deprecated --kubeconfig/--leader-elect flags are not mixed with a file.
+        binary, version_flags = self._control_plane_binary("kube-scheduler"), self._version_flags("kube-scheduler")
+        if self.state.get("scheduler_qps") or self.state.get("kubernetes"):
+            # The client QPS and the backoffs have no flag of their own (only in the configuration
+            # file), and the deprecated --kubeconfig/--leader-elect flags are not mixed with a file.
             conf = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                     "leaderElection": {"leaderElect": False}, "clientConnection": self._client_connection(kc)}
+            if self.state.get("kubernetes"):
+                # A gang found unschedulable waits out its backoff (default up to 10 s) before the
+                # next try, even once capacity is free: keep tests from waiting on that.
+                conf.update(podInitialBackoffSeconds=1, podMaxBackoffSeconds=1)
             (self.dir / "kube-scheduler.yaml").write_text(yaml.safe_dump(conf))
-            cmd = [build.binary("kube-scheduler"), "--config", self.dir / "kube-scheduler.yaml", *auth]
+            cmd = [binary, *version_flags, "--config", self.dir / "kube-scheduler.yaml", *auth]
         else:
-            cmd = [build.binary("kube-scheduler"), "--kubeconfig", kc, *auth, "--leader-elect=false"]
+            cmd = [binary, "--kubeconfig", kc, *auth, "--leader-elect=false"]
         self._spawn("kube-scheduler", cmd, health=f"https://127.0.0.1:{p['scheduler']}/healthz")
         self._wait_healthy("kube-scheduler", timeout)
 
@@ -1102,6 +1144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real-nodes", type=int, default=0, choices=(0, 1),
                     help="a node backed by a real kubelet and containerd (root, overlayfs)")
     ap.add_argument("--node-images", default="tf", help="e2e.images imported into the real node (pause always)")
+    ap.add_argument("--kubernetes", default=None, choices=list(KUBERNETES_VERSIONS),
+                    help="an optional control plane instead of the harness's own (1.37: native gang "
+                         "scheduling; --schedulers default only)")
     a = ap.parse_args(argv)
     d = Path(a.dir) if a.dir else default_dir()
     try:
@@ -1110,7 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
             c = Cluster.up(d, gpu_nodes=a.gpu_nodes, gpus_per_node=a.gpus_per_node,
                            schedulers=[s for s in a.schedulers.split(",") if s],
                            stop_on_exit=False, timeout=a.timeout, real_nodes=a.real_nodes,
-                           node_images=tuple(n for n in a.node_images.split(",") if n))
+                           node_images=tuple(n for n in a.node_images.split(",") if n),
+                           kubernetes=a.kubernetes)
             print(f"cluster up in {time.monotonic() - t0:.1f}s: {c.server}")
             print(f"logs: {c.logs}")
             print(f"kubeconfig: {c.kubeconfig}")

@@ -29,9 +29,13 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +46,7 @@ _session_cluster: Cluster | None = None
 _session_error: str | None = None
 _real_cluster: Cluster | None = None
 _real_error: str | None = None
+_background_build: subprocess.Popen | None = None
 REAL_CLUSTER_SCHEDULERS = ("default", "coscheduling", "volcano")
 
 
@@ -52,14 +57,43 @@ def _in_ci() -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
     config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.realnode; root)")
+    config.addinivalue_line("markers", "builds(*components): optional e2e.build components its cluster needs, "
+                                       "built in the background from the start of the session")
+
+
+def pytest_collection_finish(session):
+    """Start building, at the lowest CPU priority, the optional components the selected tests need
+    (`builds` marker): their cold builds (Kueue's, Kubernetes 1.37's: minutes each) then use the cores
+    the tests before them leave idle (most of two, while a test waits on a scheduler), instead of
+    holding up their own tests' fixtures. A fixture needing one waits for it (e2e.build's lock), and
+    builds it itself if the background build failed, with the error."""
+    global _background_build
+    wanted: list[str] = []
+    for item in session.items:
+        for mark in item.iter_markers("builds"):
+            wanted += [c for c in mark.args if c not in wanted]
+    missing = [c for c in wanted if not build.is_built(c)]
+    if not missing or build.go_exe() is None or session.config.option.collectonly:
+        return
+    log_path = Path(tempfile.gettempdir()) / f"tfop-e2e-background-build-{os.getpid()}.log"
+    print(f"\n[e2e] building {', '.join(missing)} in the background (nice 19); log: {log_path}", flush=True)
+    with open(log_path, "wb") as log:
+        _background_build = subprocess.Popen(
+            [sys.executable, "-m", "e2e.build", "--components", ",".join(missing)], stdout=log,
+            stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1], start_new_session=True,
+            preexec_fn=lambda: os.nice(19))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    global _session_cluster, _real_cluster
+    global _session_cluster, _real_cluster, _background_build
     for c in (_session_cluster, _real_cluster):
         if c is not None:
             c.down()
     _session_cluster = _real_cluster = None
+    if _background_build is not None and _background_build.poll() is None:  # its tests were not reached
+        os.killpg(_background_build.pid, signal.SIGTERM)
+        _background_build.wait(timeout=30)
+    _background_build = None
 
 
 def _get_cluster(tmp_dir) -> Cluster:
@@ -83,8 +117,8 @@ def _get_cluster(tmp_dir) -> Cluster:
     return _session_cluster
 
 
-def _skip_without_binaries(schedulers) -> None:
-    if build.go_exe() is None and not all(build.is_built(c) for c in components_for(schedulers)):
+def _skip_without_binaries(schedulers, kubernetes: str | None = None) -> None:
+    if build.go_exe() is None and not all(build.is_built(c) for c in components_for(schedulers, kubernetes)):
         msg = "Go toolchain not found and e2e binaries not built: cannot run real-cluster tests"
         if _in_ci():
             pytest.fail(msg, pytrace=False)
@@ -95,7 +129,7 @@ def _skip_without_binaries(schedulers) -> None:
 def own_cluster(tmp_dir, schedulers, **kwargs):
     """A cluster apart from the session's, stopped on exit: for components whose effect is
     cluster-wide (admission webhooks see every pod) and must not reach other tests."""
-    _skip_without_binaries(schedulers)
+    _skip_without_binaries(schedulers, kwargs.get("kubernetes"))
     try:
         c = Cluster.up(tmp_dir, schedulers=list(schedulers), **kwargs)
     except Exception as e:  # a failure, in CI and outside: the harness is broken

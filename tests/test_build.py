@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from e2e import build
 
 
@@ -36,3 +38,21 @@ def test_coredns_directives_are_the_imported_plugins():
     directives = re.findall(r'"(\w+)"', re.search(r"Directives = \[\]string\{(.*?)\}", src, re.S).group(1))
     assert sorted(imported) == sorted(directives)
     assert len(directives) == len(set(directives))
+
+
+@pytest.mark.parametrize("pkg,module,name", [
+    ("k8s.io/kubernetes/cmd/kube-apiserver", "tfop.local/e2e/components/kubernetes", "kube-apiserver"),
+    ("go.etcd.io/etcd/server/v3", "tfop.local/e2e/components/etcd", "server"),
+    (".", "tfop.local/e2e/components/coredns", "coredns"),
+    ("github.com/kubeflow/training-operator/cmd/training-operator.v1", "x", "training-operator.v1"),
+])
+def test_go_output_name(pkg, module, name):
+    assert build.go_output_name(pkg, module) == name
+
+
+def test_every_component_builds_distinct_files():
+    """All of a component's binaries come from one `go build -o DIR/`: their files must not collide."""
+    for component, binaries in build.COMPONENTS.items():
+        module = build._module_path(component)
+        files = [build.go_output_name(pkg, module) for pkg in binaries.values()]
+        assert len(set(files)) == len(files), (component, files)

@@ -335,6 +335,11 @@ def watch_gang_waits(api: Api, job: dict, seconds: float = PENDING_WINDOW,
     return samples
 
 
+def gang_status(api: Api, ns: str, name: str) -> dict:
+    """status.gang of a job: why its gang waits, in tfop's words and the scheduler's."""
+    return ((api.tfjob(ns, name) or {}).get("status") or {}).get("gang") or {}
+
+
 def group_waiting(api: Api, backend: str, job: dict) -> dict:
     grp = api.group(backend, job["metadata"]["namespace"], job["metadata"]["name"])
     assert grp is not None, f"no {backend} group for {job['metadata']['name']}"

@@ -28,6 +28,7 @@ from e2e.tests.gang_helpers import (
     all_running,
     condition,
     expected_pods,
+    gang_status,
     gpu_pods,
     operator,
     phase_counts,
@@ -73,10 +74,6 @@ def scenario(fn):
     """A scenario's body, run by the module's Runner; `test_<name>` waits for its outcome."""
     BODIES[f"test_{fn.__name__}"] = fn
     return fn
-
-
-def gang_status(api: Api, ns: str, name: str) -> dict:
-    return ((api.tfjob(ns, name) or {}).get("status") or {}).get("gang") or {}
 
 
 def assert_no_group_objects(api: Api, ns: str) -> None:
@@ -624,6 +621,21 @@ def missing_group_crd_is_an_error(cluster, api, namespace):
         f"CRD {crd} is not installed: kube-batch gangs cannot be created until it is (see `tfop doctor`)"), missing
 
 
+@scenario
+def built_in_gang_api_not_served_is_an_error(cluster, api, namespace):
+    """The kubernetes backend on an apiserver that does not serve scheduling.k8s.io/v1beta1 (1.34): one
+    error line saying what to enable, and the operator keeps serving."""
+    with operator(cluster, namespace, "kubernetes") as op:
+        lines = settled_log(op)
+        assert op.process.poll() is None, op.log_tail()
+    assert any(GANG_LOG_LINE.format(backend="kubernetes") in line for line in lines), "\n".join(lines)
+    said = [line for line in lines if "does not serve" in line]  # the informer's own retries say less
+    assert len(said) == 1 and " ERROR tfop: " in said[0] and said[0].endswith(
+        "the apiserver does not serve podgroups.scheduling.k8s.io/v1beta1: kubernetes gangs cannot be created "
+        "until it does (Kubernetes 1.37+ with the GenericWorkload feature gate and that API enabled; see "
+        "`tfop doctor`)"), "\n".join(lines)
+
+
 # ------------------------------------------------------------------ the tests: each waits for its scenario
 
 # Longest first, so the concurrent run ends soon after the longest one; but the scenario that needs the
@@ -635,7 +647,7 @@ ORDER = ["test_missing_group_crd_is_an_error",
          "test_gang_restart_recreates_every_member", "test_seed004_without_gang_second_job_partly_runs",
          "test_gang_of_n_where_n_minus_2_fit_stays_pending", "test_seed003_without_gang_half_runs",
          "test_schedule_timeout_fails_the_job", "test_without_gang_scheduling_no_group_and_default_scheduler",
-         "test_built_in_group_kind_starts_without_error"]
+         "test_built_in_group_kind_starts_without_error", "test_built_in_gang_api_not_served_is_an_error"]
 
 
 @pytest.fixture(scope="module")
@@ -711,4 +723,8 @@ def test_built_in_group_kind_starts_without_error(runner, request):
 
 
 def test_missing_group_crd_is_an_error(runner, request):
+    outcome(runner, request)
+
+
+def test_built_in_gang_api_not_served_is_an_error(runner, request):
     outcome(runner, request)

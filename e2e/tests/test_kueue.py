@@ -39,7 +39,7 @@ from e2e.tests.kueue_helpers import (
 )
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, pod_names, replica, tfjob
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("kueue")]
 
 
 @pytest.fixture(scope="module")

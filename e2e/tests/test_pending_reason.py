@@ -265,6 +265,7 @@ def kueue_cluster(tmp_path_factory):
         yield c
 
 
+@pytest.mark.builds("kueue")
 def test_kueue_quota_holding_the_job(kueue_cluster):
     """Kueue admits "first" (3 of its ClusterQueue's 4 GPUs) and holds "second" (2 GPUs): tfop says
     which queue holds it and how much is left, in status.admission and the Message column, once."""
