@@ -45,6 +45,7 @@ GROUP_APIS = {
     "scheduler-plugins": ("/apis/scheduling.x-k8s.io/v1alpha1", "podgroups"),
     "kube-batch": ("/apis/scheduling.incubator.k8s.io/v1alpha1", "podgroups"),
     "kube-arbitrator": ("/apis/policy/v1", "poddisruptionbudgets"),
+    "kubernetes": ("/apis/scheduling.k8s.io/v1beta1", "podgroups"),  # served from Kubernetes 1.37 (test_native_gang)
 }
 SCHEDULER_OF = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler",
                 "koordinator": "koord-scheduler"}

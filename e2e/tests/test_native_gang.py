@@ -33,10 +33,9 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
+from tfop.gang.backends.kubernetes import scheduled_condition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.builds("kubernetes-1.37")]
-PODGROUPS = "/apis/scheduling.k8s.io/v1beta1"
-SCHEDULED = "PodGroupInitiallyScheduled"
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +55,7 @@ def namespace(native, request):
 
 
 def podgroup(api: Api, ns: str, name: str) -> dict | None:
-    return api.get(f"{PODGROUPS}/namespaces/{ns}/podgroups/{name}")
-
-
-def scheduled(group: dict | None) -> dict | None:
-    for cond in ((group or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == SCHEDULED:
-            return cond
-    return None
+    return api.group("kubernetes", ns, name)
 
 
 def test_gang_of_n_where_n_minus_2_fit_waits_whole_says_why_then_runs(native, namespace):
@@ -93,11 +85,11 @@ def test_gang_of_n_where_n_minus_2_fit_waits_whole_says_why_then_runs(native, na
         assert gang["reason"] == "InsufficientResources", gang
         assert gang["message"] == ("waiting for 4 nvidia.com/gpu for 5 pods as one gang; 2 are free on 2 nodes "
                                    "(at most 1 on one node)"), gang
-        assert scheduled(podgroup(api, namespace, name))["status"] == "False"
+        assert scheduled_condition(podgroup(api, namespace, name))["status"] == "False"
 
         p.add(2, gpus=1)
         assert len(wait_all_running(api, job, timeout=60)) == 5
-        assert scheduled(podgroup(api, namespace, name))["status"] == "True"
+        assert scheduled_condition(podgroup(api, namespace, name))["status"] == "True"
         wait_until(lambda: "message" not in gang_status(api, namespace, name), 20,
                    "status.gang to stop reporting a wait", lambda: gang_status(api, namespace, name))
         errors = [line for line in op.log_path.read_text().splitlines() if " ERROR " in line]
@@ -128,7 +120,7 @@ def test_a_lost_member_restarts_the_gang_whole_on_a_new_podgroup(native, namespa
                    lambda: {**phases(api, namespace, name), "group": podgroup(api, namespace, name)})
         group = podgroup(api, namespace, name)
         assert group["metadata"]["uid"] != first_group, "the gang restarted on the spent PodGroup"
-        assert scheduled(group)["status"] == "True"
+        assert scheduled_condition(group)["status"] == "True"
         obj = api.tfjob(namespace, name)
         assert obj["status"]["restartCount"] == 1 and not condition(obj, "Failed")
         assert [e for e in api.events(namespace, "GangRestart") if e["involvedObject"]["name"] == name]

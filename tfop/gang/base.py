@@ -80,9 +80,9 @@ class GangBackend(ABC):
     group_resource: ClassVar[GroupResource | None] = None
     # CRDs (plural.group) whose presence means this scheduler is installed (doctor, auto).
     crds: ClassVar[tuple[str, ...]] = ()
-    # For a scheduler built into Kubernetes: the API version (group/version) that serves its group
-    # objects once enabled; discovery finds it (doctor, auto), as no CRD is installed.
-    served_api: ClassVar[str | None] = None
+    # For a scheduler built into Kubernetes: its group_resource is a built-in API, served once enabled,
+    # which discovery finds (doctor, auto): no CRD is installed.
+    builtin_api: ClassVar[bool] = False
     # The scheduler looks at none of a gang's pods until minMember of them exist, and says nothing
     # meanwhile: tfop's sentence says it waits for pods.
     waits_for_every_member: ClassVar[bool] = False

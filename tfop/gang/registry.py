@@ -79,7 +79,7 @@ def backend_class(name: str) -> type[GangBackend]:
 def served_key(backend: type[GangBackend]) -> str | None:
     """How `auto` names a built-in group API that discovery lists: "podgroups.scheduling.k8s.io/v1beta1"."""
     resource = backend.group_resource
-    if not backend.served_api or resource is None:
+    if not backend.builtin_api or resource is None:
         return None
     return f"{resource.plural}.{resource.group}/{resource.version}"
 
@@ -109,8 +109,9 @@ def detect_backend(installed: set[str]) -> tuple[str, str]:
             cls = backend_class(name)
         except ValueError:
             continue  # a broken third-party plugin must not stop detection
-        if served_key(cls):
-            built_in.append((name, served_key(cls)))
+        key = served_key(cls)
+        if key:
+            built_in.append((name, key))
         if not cls.crds:
             continue
         looked_for.extend(cls.crds)

@@ -294,7 +294,7 @@ def crd_checks(installed: set[str], backend: GangBackend | None) -> list[Check]:
 def builtin_api_checks(cluster: Cluster, backend: GangBackend | None, namespace: str) -> list[Check]:
     """For a gang scheduler built into Kubernetes: its API served, and the apiserver keeping the pods'
     reference to their group (both need the feature gate; without it the field is dropped silently)."""
-    if backend is None or not backend.served_api or backend.group_resource is None:
+    if backend is None or not backend.builtin_api or backend.group_resource is None:
         return []
     resource = backend.group_resource
     fix = ("Kubernetes 1.37+: kube-apiserver --runtime-config=scheduling.k8s.io/v1beta1=true "

@@ -32,7 +32,7 @@ class KubernetesBackend(GangBackend):
     name = "kubernetes"
     default_scheduler_name = None  # kube-scheduler, the cluster's default
     group_resource = PODGROUP
-    served_api = PODGROUP.api_version
+    builtin_api = True
     rbac_rules = group_rules(PODGROUP)
     group_status_fields = ("conditions",)
     waits_for_every_member = True
@@ -63,7 +63,7 @@ class KubernetesBackend(GangBackend):
         if (group.get("metadata") or {}).get("deletionTimestamp"):
             return GangState(admitted=False, reason=GANG_NOT_ADMITTED,
                              message="waiting for the previous PodGroup to be deleted: a gang restart needs a new one")
-        cond = _scheduled_condition(group)
+        cond = scheduled_condition(group)
         live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
         if cond is not None and cond.get("status") == "True":
             if not live:
@@ -84,8 +84,9 @@ def _min_count(group: Mapping[str, Any]) -> int | None:
     return count if isinstance(count, int) else None
 
 
-def _scheduled_condition(group: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for cond in (group.get("status") or {}).get("conditions") or []:
+def scheduled_condition(group: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The group's PodGroupInitiallyScheduled condition, whatever its status; None before the scheduler wrote it."""
+    for cond in ((group or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == SCHEDULED:
             return cond
     return None
