@@ -33,6 +33,8 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
+from e2e.tests.test_rbac_exact import (KUBERNETES, assert_gang_operator_exact, kueue_kinds_served,
+                                       priority_class_made)
 from tfop.gang.backends.kubernetes import scheduled_condition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.builds("kubernetes-1.37")]
@@ -232,3 +234,17 @@ def test_a_high_priority_gang_preempts_a_low_one_whole_which_comes_back_whole(na
             wait_until(lambda: condition(api.tfjob(namespace, "low"), "Succeeded"), 30, "low Succeeded")
     finally:
         cluster.kubectl("delete", "priorityclass", *classes, "--ignore-not-found")
+
+
+def test_the_operator_uses_exactly_its_role(native, namespace):
+    """`tfop manifests --gang-scheduler-name kubernetes` grants exactly what the backend uses, read
+    from the audit log as test_rbac_exact does for the other backends: the PodGroup created, read
+    when another object holds its name, patched on an edit and an adoption, deleted when spent by a
+    gang restart or a suspend, and made anew. The operator runs with `kubernetes`, as those manifests'
+    Deployment does: `auto` lists CRDs first, which this role does not grant."""
+    cluster, api = native
+    with pool(cluster, api, namespace) as p, kueue_kinds_served(cluster), \
+            priority_class_made(cluster, f"{namespace}-high") as priority_class:
+        p.add(1, gpus=1)
+        assert_gang_operator_exact(cluster, namespace, "kubernetes", KUBERNETES, priority_class, place=p.place,
+                                   by_auto=False)

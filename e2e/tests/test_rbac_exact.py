@@ -15,9 +15,11 @@ counted), success, deletion by ttlSecondsAfterFinished. With gang scheduling, Vo
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -36,7 +38,6 @@ CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 BLOCK_OWNER_DELETION = ("kubeflow.org", "tfjobs/finalizers", "update")
 # What `--gang-scheduler-name auto` picks here: Volcano's CRDs come first (registry.AUTO_ORDER).
 AUTO_PICKS = "volcano"
-VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 LEASES = ("coordination.k8s.io", "leases")
 LEASE_NAME = rbac.LEADER_ELECTION_LEASE
 
@@ -44,16 +45,18 @@ LEASE_NAME = rbac.LEADER_ELECTION_LEASE
 class AuditedOperator(OperatorProcess):
     """The operator as deployed, remembering the token it runs with: its audit entries carry the
     token's id, so they are told from other operators of the same ServiceAccount. With a gang, it
-    deploys that backend's manifests (`tfop manifests` cannot render `auto`) and runs with `auto`."""
+    deploys that backend's manifests (`tfop manifests` cannot render `auto`) and runs with `auto`
+    unless told to run with the backend's name, as those manifests' Deployment does."""
 
     credential = ""
+    by_auto = True
 
     def args(self) -> list[str]:
         # As deployed: with leader election, on the Lease in the operator's namespace (made anew
         # each run, so that its create is exercised too).
         self.cluster.kubectl("delete", "lease", LEASE_NAME, "-n", "kubeflow", "--ignore-not-found")
         args = super().args() + ["--leader-elect"]
-        if self.gang:
+        if self.gang and self.by_auto:
             args[args.index("--gang-scheduler-name") + 1] = "auto"
         self.credential = credential_id(Path(args[args.index("--kubeconfig") + 1]))
         return args
@@ -159,25 +162,49 @@ def assert_role_exact(entries: list[dict], rules: list[dict], role: str) -> None
 
 
 # -- the workload ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class GangGroup:
+    """A backend's group object, as the workload meets it: its kubectl resource name, a group of no
+    controller holding the job's name, and an edit of the job that changes the group."""
+    resource: str
+    squatter: dict
+    edit: dict  # a merge patch of the job
+    edited: Callable[[dict], bool]  # the group shows the edit
+
+
+# Every key the computed minResources has.
+VOLCANO_MIN_RESOURCES = {"cpu": "30m", "memory": "64Mi"}
+VOLCANO = GangGroup(
+    "podgroups.scheduling.volcano.sh",
+    {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "spec": {"minMember": 1}},
+    {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": VOLCANO_MIN_RESOURCES}}}},
+    lambda group: (group.get("spec") or {}).get("minResources") == VOLCANO_MIN_RESOURCES)
+KUBERNETES = GangGroup(
+    "podgroups.scheduling.k8s.io",
+    {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+     "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}},
+    {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}}},
+    lambda group: ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") == {"minCount": 1})
+
+
 def owner_blocks_deletion(objects: list[dict]) -> bool:
     refs = [r for o in objects for r in o["metadata"].get("ownerReferences") or []]
     return bool(refs) and all(r["kind"] == "TFJob" and r.get("blockOwnerDeletion") is True for r in refs)
 
 
-def podgroup(env: Env, name: str) -> dict | None:
-    got = env.kubectl("get", VOLCANO_PODGROUPS, name, "-o", "json", check=False)
+def podgroup(env: Env, gang: GangGroup, name: str) -> dict | None:
+    got = env.kubectl("get", gang.resource, name, "-o", "json", check=False)
     return json.loads(got.stdout) if got.returncode == 0 else None
 
 
-def edit_gang(env: Env, name: str) -> None:
+def edit_gang(env: Env, gang: GangGroup, name: str) -> None:
     """An edit of the job that changes its PodGroup: the operator merge-patches the group."""
-    wanted = {"cpu": "30m", "memory": "64Mi"}  # every key the computed minResources has
-    env.patch_job(name, {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": wanted}}}})
-    env.wait(f"PodGroup {name} patched to minResources {wanted}",
-             lambda: ((podgroup(env, name) or {}).get("spec") or {}).get("minResources") == wanted, job=name)
+    env.patch_job(name, gang.edit)
+    env.wait(f"PodGroup {name} patched after the job's edit {gang.edit}",
+             lambda: gang.edited(podgroup(env, gang, name) or {}), job=name)
 
 
-def squat(env: Env, name: str, gang: bool) -> dict[tuple[Permission, str], str]:
+def squat(env: Env, name: str, gang: GangGroup | None) -> dict[tuple[Permission, str], str]:
     """Objects of no controller, without the job's labels, holding names the job needs: the
     operator's create answers 409 and it reads the holder. (holder's get, its name) -> kubectl ref.
     Service 1 and pod 0 go in one batch of creates (services first, slow start 1, 2, 4...): one pass
@@ -189,9 +216,9 @@ def squat(env: Env, name: str, gang: bool) -> dict[tuple[Permission, str], str]:
     held = {(("", "pods", "get"), f"{name}-worker-0"): f"pod/{name}-worker-0",
             (("", "services", "get"), f"{name}-worker-1"): f"service/{name}-worker-1"}
     if gang:
-        env.apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
-                   "spec": {"minMember": 1}})
-        held[(("scheduling.volcano.sh", "podgroups", "get"), name)] = f"{VOLCANO_PODGROUPS}/{name}"
+        env.apply({**gang.squatter, "metadata": {"name": name}})
+        api_group = gang.squatter["apiVersion"].split("/")[0]
+        held[((api_group, "podgroups", "get"), name)] = f"{gang.resource}/{name}"
     return held
 
 
@@ -214,21 +241,28 @@ def orphan_and_readopt(env: Env, name: str, refs: list[str]) -> None:
             o["uid"] for o in env.json("get", r)["metadata"].get("ownerReferences") or []] == [uid], job=name)
 
 
-def exercise(env: Env, audit: AuditTail, name: str, gang: bool, priority_class: str | None = None) -> None:
-    """Every code path that needs a permission, on one job."""
+def unplaced(obj: dict) -> dict:
+    return obj
+
+
+def exercise(env: Env, audit: AuditTail, name: str, gang: GangGroup | None, priority_class: str | None = None,
+             place: Callable[[dict], Any] = unplaced) -> None:
+    """Every code path that needs a permission, on one job. `place` pins the TFJob to the test's
+    nodes, where the cluster has no general ones."""
     worker = replica(2, restart_policy="ExitCode")
     if priority_class:
         worker["template"]["spec"]["priorityClassName"] = priority_class
     held = squat(env, name, gang)
-    env.apply(tfjob(name, {"Worker": worker}, run_policy={"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 2}))
+    env.apply(place(tfjob(name, {"Worker": worker},
+                          run_policy={"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 2})))
     free_when_read(env, audit, held)
     everyone = pod_names(name, Worker=2)
     running = env.wait_pods_running(name, everyone, timeout=90)  # a missed retry waits 60 s
     assert owner_blocks_deletion(running + env.services(name)), env.msg(name)
     if gang:
-        assert owner_blocks_deletion([podgroup(env, name)]), podgroup(env, name)
-        edit_gang(env, name)
-    group = [f"{VOLCANO_PODGROUPS}/{name}"] if gang else []
+        assert owner_blocks_deletion([podgroup(env, gang, name)]), podgroup(env, gang, name)
+        edit_gang(env, gang, name)
+    group = [f"{gang.resource}/{name}"] if gang else []
     orphan_and_readopt(env, name, [f"pod/{name}-worker-0", f"service/{name}-worker-0", *group])
 
     env.mark_exit(f"{name}-worker-1", 137)  # a signal: ExitCode restarts it
@@ -240,7 +274,7 @@ def exercise(env: Env, audit: AuditTail, name: str, gang: bool, priority_class: 
         env.wait_condition(name, "Suspended")
         env.wait_children(name, set(), set())
         if gang:
-            env.wait(f"PodGroup {name} deleted", lambda: podgroup(env, name) is None, job=name)
+            env.wait(f"PodGroup {name} deleted", lambda: podgroup(env, gang, name) is None, job=name)
         env.patch_job(name, {"spec": {"runPolicy": {"suspend": False}}})
         env.wait_pods_running(name, everyone, timeout=60)
 
@@ -279,10 +313,10 @@ def assert_blockownerdeletion_needs_finalizers(env: Env, job: str) -> None:
 KUEUE_KINDS = {"workloads": "Workload", "localqueues": "LocalQueue"}
 
 
-@pytest.fixture
-def kueue_crds(cluster):
+@contextlib.contextmanager
+def kueue_kinds_served(cluster):
     """Kueue's Workload and LocalQueue served, so the operator's informers of them list and then watch:
-    where the session runs no Kueue, stand-in CRDs of the same names (removed after)."""
+    where the cluster runs no Kueue, stand-in CRDs of the same names (removed after)."""
     made = []
     for plural, kind in KUEUE_KINDS.items():
         name = f"{plural}.kueue.x-k8s.io"
@@ -296,17 +330,32 @@ def kueue_crds(cluster):
                                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
         wait_established(cluster, name)
         made.append(name)
-    yield
-    for name in made:
-        cluster.kubectl("delete", "crd", name, "--ignore-not-found", check=False)
+    try:
+        yield
+    finally:
+        for name in made:
+            cluster.kubectl("delete", "crd", name, "--ignore-not-found", check=False)
+
+
+@contextlib.contextmanager
+def priority_class_made(cluster, name: str):
+    cluster.kubectl("create", "priorityclass", name, "--value=1000")
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "priorityclass", name, check=False)
+
+
+@pytest.fixture
+def kueue_crds(cluster):
+    with kueue_kinds_served(cluster):
+        yield
 
 
 @pytest.fixture
 def priority_class(cluster, namespace):
-    name = f"{namespace}-high"
-    cluster.kubectl("create", "priorityclass", name, "--value=1000")
-    yield name
-    cluster.kubectl("delete", "priorityclass", name, check=False)
+    with priority_class_made(cluster, f"{namespace}-high") as name:
+        yield name
 
 
 def run_audited(op: AuditedOperator, workload: Callable[[AuditTail], None]) -> list[dict]:
@@ -332,37 +381,47 @@ def live_rules(env: Env) -> list[dict]:
     return env.json("get", "clusterrole", rbac.NAME)["rules"]
 
 
+def assert_gang_operator_exact(cluster, namespace: str, picks: str, gang: GangGroup, priority_class: str,
+                               place: Callable[[dict], Any] = unplaced, by_auto: bool = True) -> None:
+    """The operator runs with the role `tfop manifests --gang-scheduler-name <picks>` renders, and
+    with `--gang-scheduler-name auto` (which must pick `picks`) or <picks>; the workload uses every
+    grant and no other."""
+    from tfop.gang import registry
+
+    op = AuditedOperator(cluster, [namespace], gang_scheduler_name=picks)
+    op.by_auto = by_auto
+    env = Env(cluster, namespace, op)
+
+    def workload(audit: AuditTail) -> None:
+        assert not by_auto or f"so {picks}" in op.log_path.read_text(), op.log_tail()
+        exercise(env, audit, "gang", gang, priority_class=priority_class, place=place)
+    entries = run_audited(op, workload)
+    env.apply(tfjob("owner", {"Worker": replica(1)}))  # no operator runs now: an owner, no pods
+    assert_blockownerdeletion_needs_finalizers(env, "owner")
+    backend, _ = registry.load_backend(picks)
+    rules = live_rules(env)
+    assert rules == rbac.operator_rules(backend)
+    assert_role_exact(entries, rules, rbac.NAME)
+    patches = [describe(e) for e in entries if permission(e) == (backend.group_resource.group, "podgroups", "patch")]
+    assert len(patches) == 2, f"one edit of the job and one adoption, two patches of its PodGroup: {patches[:5]}"
+
+
 def test_gang_operator_uses_exactly_its_role(cluster, namespace, priority_class, kueue_crds):
     """Volcano chosen by `--gang-scheduler-name auto` (CRD list, the CRD check), the dry-run pod probe,
     the PriorityClass informer, the PodGroup created, patched and deleted; and what explains a waiting
     gang (tfop/runtime/capacity.py): the nodes, the pods bound to them (cluster-wide), Volcano's
-    Queues, Kueue's Workloads and LocalQueues (served: kueue_crds), each listed and watched."""
-    from tfop.gang import registry
-
+    Queues, Kueue's Workloads and LocalQueues (served: kueue_crds), each listed and watched.
+    The `kubernetes` backend's is in test_native_gang (its control plane)."""
     if AUTO_PICKS not in cluster.state.get("schedulers", []):
         pytest.skip(f"session cluster runs without {AUTO_PICKS} (see TFOP_E2E_SCHEDULERS)")
-    op = AuditedOperator(cluster, [namespace], gang_scheduler_name=AUTO_PICKS)
-    env = Env(cluster, namespace, op)
-
-    def workload(audit: AuditTail) -> None:
-        assert f"so {AUTO_PICKS}" in op.log_path.read_text(), op.log_tail()
-        exercise(env, audit, "gang", gang=True, priority_class=priority_class)
-    entries = run_audited(op, workload)
-    env.apply(tfjob("owner", {"Worker": replica(1)}))  # no operator runs now: an owner, no pods
-    assert_blockownerdeletion_needs_finalizers(env, "owner")
-    backend, _ = registry.load_backend(AUTO_PICKS)
-    rules = live_rules(env)
-    assert rules == rbac.operator_rules(backend)
-    assert_role_exact(entries, rules, rbac.NAME)
-    patches = [describe(e) for e in entries if permission(e) == ("scheduling.volcano.sh", "podgroups", "patch")]
-    assert len(patches) == 2, f"one edit of the job and one adoption, two patches of its PodGroup: {patches[:5]}"
+    assert_gang_operator_exact(cluster, namespace, AUTO_PICKS, VOLCANO, priority_class)
 
 
 def test_plain_operator_uses_exactly_its_role(cluster, namespace):
     """Gang scheduling off: the base role, no PriorityClass or CRD reads."""
     op = AuditedOperator(cluster, [namespace])
     env = Env(cluster, namespace, op)
-    entries = run_audited(op, lambda audit: exercise(env, audit, "plain", gang=False))
+    entries = run_audited(op, lambda audit: exercise(env, audit, "plain", None))
     rules = live_rules(env)
     assert rules == rbac.operator_rules(None)
     assert_role_exact(entries, rules, rbac.NAME)
