@@ -845,3 +845,36 @@ def test_a_waiting_gang_reads_its_group_status(desc, phase, reads):
     group = None if phase is None else group_of(desired_group("volcano"), phase=phase)
     plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("volcano"))
     assert plan.reads_group_status is reads
+
+
+WHOLE_GANG_GONE = ("TFJob ml/tf-job restarts its whole gang because all 3 of its members still running disappeared "
+                   "at once (deleted by someone else: preemption of the whole gang, an eviction or a user).")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_gang_deleted_whole_restarts_once_and_says_so(name):
+    """Preemption with disruptionMode all (or a user) deletes every member at once: no survivor is
+    left to delete, yet it is one gang restart, counted and told, as for a member lost alone."""
+    job, group = _running_gang(name)
+    gone = frozenset(p.removeprefix("Pod/") for p in PODS)
+    plan = run(job, Observed(services=all_services(job), group=group, vanished=gone), ctx=ctx(name))
+    assert plan.delete == []
+    assert plan.status["restartCount"] == 1
+    assert ctypes(plan.status) == [("Created", "True"), ("Restarting", "True")]
+    assert last_condition(plan.status)["message"] == WHOLE_GANG_GONE
+    assert Event("Warning", "GangRestart", WHOLE_GANG_GONE) in plan.events
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_gang_deleted_whole_whose_pods_go_in_two_passes_restarts_once(name):
+    """Two members gone, the third still terminating: one restart; the third's going later adds none."""
+    job, group = _running_gang(name)
+    terminating = [gang_pod(job, "Worker", 1, name, deleting=True)]
+    plan = run(job, Observed(pods=terminating, services=all_services(job), group=group,
+                             vanished=frozenset({"tf-job-ps-0", "tf-job-worker-0"})), ctx=ctx(name))
+    assert plan.status["restartCount"] == 1
+    job = with_status(job, **plan.status)
+    later = run(job, Observed(services=all_services(job), group=group, vanished=frozenset({"tf-job-worker-1"})),
+                ctx=ctx(name))
+    assert (later.status or job.status)["restartCount"] == 1
+    assert not [e for e in later.events if e.reason == "GangRestart"]

@@ -36,7 +36,7 @@ def handle_failures(draft: Draft, ctx: Context, shape: GangShape | None) -> bool
         view.job.annotations.get(ANNOTATION_GANG_RESTART, "true").lower() != "false"
     if not _budget_left(draft, 1 if whole_gang else len(restartable)):
         return _out_of_budget(draft, "a replica failed again")
-    why = ", ".join([pods.failure_summary(p) for p in restartable] + [f"{n} disappeared" for n in lost])
+    why = _why(restartable, lost, draft.view)
     _restart(draft, restartable, whole_gang, why)
     return True
 
@@ -94,15 +94,24 @@ def _out_of_budget(draft: Draft, what: str) -> bool:
     return False
 
 
+def _why(restartable: list[Pod], lost: list[str], view) -> str:
+    if lost and not restartable and not any(pods.is_active(p) for p in view.all_pods):
+        # A gang preempted whole (disruptionMode all), or all its pods deleted by someone else.
+        return f"all {len(lost)} of its members still running disappeared at once (deleted by someone else: " \
+               "preemption of the whole gang, an eviction or a user)"
+    return ", ".join([pods.failure_summary(p) for p in restartable] + [f"{n} disappeared" for n in lost])
+
+
 def _lost_members(draft: Draft) -> list[str]:
-    """Pods of a running gang deleted by someone else (a user, an eviction, a lost node).
+    """Pods of a running gang deleted by someone else (a user, an eviction, a lost node, preemption
+    of one member or of the whole gang).
 
     Only pods seen vanishing count: a pod that was never created (quota, a
     create error) must not restart the whole gang again and again. A pod that
     succeeded before it was deleted finished its part: not lost.
     """
     view = draft.view
-    if not draft.is_true(RUNNING) or not any(pods.is_active(p) for p in view.all_pods):
+    if not draft.is_true(RUNNING):
         return []
     return [name for (replica, index), name in zip(view.expected, view.expected_names())
             if name not in view.pods and name in view.obs.vanished and not view.is_done(replica, index)]
