@@ -14,7 +14,6 @@ from pathlib import Path
 import yaml
 
 from e2e import realnode
-from e2e.tests.realnode_helpers import container_id
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "kubeflow"  # the manifests' namespace
@@ -91,7 +90,7 @@ def wait_leader(cluster, names: set[str], timeout: float = 60) -> str:
 
 def host_pid(pod: dict) -> int:
     """The container's main process as this machine sees it (containerd's task)."""
-    cid = container_id(pod)
+    cid = realnode.container_id(pod)
     for line in realnode.ctr(realnode.PATHS, "tasks", "list").stdout.splitlines()[1:]:
         task, pid, *_ = line.split()
         if task == cid:

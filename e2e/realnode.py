@@ -328,6 +328,15 @@ def ctr(paths: Paths, *args: str, check: bool = True, timeout: float = 600) -> s
                 check=check, timeout=timeout)
 
 
+def container_id(pod: dict) -> str:
+    """containerd's id of a pod's first container (for ctr), from its status."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    cid = statuses[0].get("containerID", "") if statuses else ""
+    if not cid.startswith("containerd://"):
+        raise AssertionError(f"pod {pod['metadata']['name']} has no running container: {statuses}")
+    return cid.removeprefix("containerd://")
+
+
 def image_refs(paths: Paths) -> set[str]:
     out = ctr(paths, "images", "list", "--quiet").stdout
     return {line.strip() for line in out.splitlines() if line.strip()}

@@ -21,17 +21,9 @@ def progress(env: Env, pod: str):
     return parse_progress(logs(env, pod))
 
 
-def container_id(pod: dict) -> str:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    cid = statuses[0].get("containerID", "") if statuses else ""
-    if not cid.startswith("containerd://"):
-        raise AssertionError(f"pod {pod['metadata']['name']} has no running container: {statuses}")
-    return cid.removeprefix("containerd://")
-
-
 def sigkill_process(pod: dict) -> None:
     """SIGKILL the container's own process through containerd (not a shell in it): it exits 137."""
-    realnode.ctr(realnode.PATHS, "tasks", "kill", "--signal", "SIGKILL", container_id(pod))
+    realnode.ctr(realnode.PATHS, "tasks", "kill", "--signal", "SIGKILL", realnode.container_id(pod))
 
 
 def finished(job: dict) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import re
 from importlib.metadata import entry_points
-from typing import Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from tfop.gang.base import GangBackend
 
@@ -82,6 +82,11 @@ def served_key(backend: type[GangBackend]) -> str | None:
     if not backend.builtin_api or resource is None:
         return None
     return f"{resource.plural}.{resource.group}/{resource.version}"
+
+
+def lists_resource(discovery: Mapping[str, Any] | None, plural: str) -> bool:
+    """Does an API version's discovery document (GET /apis/<group>/<version>) list `plural`?"""
+    return any(r.get("name") == plural for r in (discovery or {}).get("resources") or [])
 
 
 def served_keys() -> dict[str, tuple[str, str]]:

@@ -83,6 +83,8 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
 
 async def served_group_apis(client: KubeClient, keys: dict[str, tuple[str, str]]) -> set[str]:
     """Which of the built-in gang APIs (registry.served_keys: key -> (api_version, plural)) discovery lists."""
+    from tfop.gang.registry import lists_resource
+
     served = set()
     for key, (api_version, plural) in keys.items():
         try:
@@ -91,7 +93,7 @@ async def served_group_apis(client: KubeClient, keys: dict[str, tuple[str, str]]
             if err.status != 404:  # 404: that API version is not served
                 raise
             continue
-        if any(r.get("name") == plural for r in (found or {}).get("resources") or []):
+        if lists_resource(found, plural):
             served.add(key)
     return served
 

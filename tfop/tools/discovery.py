@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfop.gang.registry import served_keys
+from tfop.gang.registry import lists_resource, served_keys
 
 # A pod that names a PodGroup: an apiserver without the GenericWorkload gate drops the field silently.
 PROBE_POD_NAME = "tfop-gang-field-probe"
@@ -25,7 +25,7 @@ def served(api_client: Any, api_version: str, plural: str) -> bool:
         if err.status == 404:  # that API version is not served
             return False
         raise
-    return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
+    return lists_resource(found, plural)
 
 
 def served_group_apis(api_client: Any) -> set[str]:
