@@ -66,6 +66,13 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "kube-controller-manager-1.37": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler-1.37": "k8s.io/kubernetes/cmd/kube-scheduler",
     },
+    # Kubernetes 1.30's control plane, the oldest release tfop supports: Cluster.up(kubernetes="1.30"),
+    # e2e/tests/test_kubernetes_versions.py.
+    "kubernetes-1.30": {
+        "kube-apiserver-1.30": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager-1.30": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler-1.30": "k8s.io/kubernetes/cmd/kube-scheduler",
+    },
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
     # Job queueing and quota admission (its kubeflow.org/tfjob integration suspends/unsuspends TFJobs).
     "kueue": {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
@@ -119,7 +126,7 @@ def _version_stamp(name: str) -> str:
     """Extra -ldflags of a component. Kubernetes binaries built from the module report version
     "v0.0.0-master+$Format:%H$" unless stamped as Kubernetes' own build does; clients that parse
     the apiserver's /version (Kueue exits at start on that one) need the real release."""
-    if name not in ("kubernetes", "kubernetes-1.37"):
+    if name not in ("kubernetes", "kubernetes-1.37", "kubernetes-1.30"):
         return ""
     text = (COMPONENTS_DIR / name / "go.mod").read_text()
     release = next(line.split()[1] for line in text.splitlines()

@@ -7,7 +7,7 @@ request), all built by e2e.build.
 
     python -m e2e.cluster up [--dir DIR] [--gpu-nodes N] [--gpus-per-node G]
                              [--schedulers default,coscheduling,volcano,koordinator]
-                             [--kubernetes 1.37]
+                             [--kubernetes 1.30|1.37]
     python -m e2e.cluster status|down [--dir DIR]
     python -m e2e.cluster restart --component NAME [--dir DIR]
 """
@@ -73,7 +73,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # 1.37: native gang scheduling (Workload API, scheduling.k8s.io/v1beta1 PodGroup), off by default
 # there, so enabled in all three: with the scheduler's gate on but v1beta1 not served, the
 # scheduler schedules no pod at all.
-KUBERNETES_VERSIONS = {"1.37": "kubernetes-1.37"}
+# 1.30: the oldest release tfop supports (e2e/tests/test_kubernetes_versions.py): it takes every
+# flag the harness gives its own 1.34 (found by starting it); only 1.37 gets NATIVE_GANG_FLAGS.
+KUBERNETES_VERSIONS = {"1.30": "kubernetes-1.30", "1.37": "kubernetes-1.37"}
 NATIVE_GANG_FLAGS = {
     "kube-apiserver": ["--runtime-config=scheduling.k8s.io/v1beta1=true", "--feature-gates=GenericWorkload=true"],
     "kube-controller-manager": ["--feature-gates=GenericWorkload=true"],  # podgroup-protection's finalizer
@@ -214,7 +216,8 @@ class Cluster:
         of their defaults (50, burst 100; the scheduler-plugins controller 5, burst 10;
         kube-controller-manager 20, burst 30).
         kubernetes: None (the harness's own version) or a key of KUBERNETES_VERSIONS ("1.37":
-        native gang scheduling on, kube-scheduler only, no real node)."""
+        native gang scheduling on; "1.30": the oldest supported release; kube-scheduler only, no
+        real node)."""
         if kubernetes is not None and kubernetes not in KUBERNETES_VERSIONS:
             raise ClusterError(f"kubernetes={kubernetes!r}: None (the harness's own) or one of "
                                f"{list(KUBERNETES_VERSIONS)}")
@@ -1146,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node-images", default="tf", help="e2e.images imported into the real node (pause always)")
     ap.add_argument("--kubernetes", default=None, choices=list(KUBERNETES_VERSIONS),
                     help="an optional control plane instead of the harness's own (1.37: native gang "
-                         "scheduling; --schedulers default only)")
+                         "scheduling; 1.30: the oldest supported; --schedulers default only)")
     a = ap.parse_args(argv)
     d = Path(a.dir) if a.dir else default_dir()
     try:

@@ -61,6 +61,13 @@ def pytest_configure(config):
                                        "built in the background from the start of the session")
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Tests whose clusters need optional components (`builds`) run last, in their own order (whole
+    modules move: the marker is a module's): the components' background builds then have the whole
+    session instead of holding up those tests' fixtures."""
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("builds") is not None)
+
+
 def pytest_collection_finish(session):
     """Start building, at the lowest CPU priority, the optional components the selected tests need
     (`builds` marker): their cold builds (Kueue's, Kubernetes 1.37's: minutes each) then use the cores

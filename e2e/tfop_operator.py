@@ -46,6 +46,8 @@ def wait_established(cluster, crd: str, timeout: float = 60) -> None:
 
 
 class OperatorProcess:
+    deploys_manifests = True  # `tfop manifests` for its gang applied at each start (a subclass may have done it)
+
     def __init__(self, cluster, namespaces: list[str], gang_scheduler_name: str | None = None,
                  extra_args: list[str] | None = None, log_dir: Path | None = None):
         self.cluster = cluster
@@ -67,7 +69,8 @@ class OperatorProcess:
         return args + self.extra_args
 
     def start(self) -> "OperatorProcess":
-        deploy_manifests(self.cluster, self.gang)
+        if self.deploys_manifests:
+            deploy_manifests(self.cluster, self.gang)
         log = open(self.log_path, "ab")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from seeds import seed_jobs
+from tests.seeds import seed_jobs
 from tfop.api import rules as spec_rules
 from tfop.api.validation import Problem
 from tfop.tools import crd, crdgen
