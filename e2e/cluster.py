@@ -110,12 +110,11 @@ AUDIT_POLICY = {
 
 # Volcano's enqueue step (overcommit and proportion) weighs a gang against the whole cluster and
 # every gang admitted before it: tests that share this Volcano run one at a time (gang_helpers.Runner).
-VOLCANO_CONF = """\
-actions: "enqueue, allocate, backfill"
+_VOLCANO_TIERS = """\
 tiers:
 - plugins:
   - name: priority
-  - name: gang
+  - name: gang{gang_options}
   - name: conformance
 - plugins:
   - name: overcommit
@@ -124,6 +123,14 @@ tiers:
   - name: proportion
   - name: nodeorder
 """
+
+
+def volcano_conf(actions: str = "enqueue, allocate, backfill", gang_options: str = "") -> str:
+    """vc-scheduler's configuration: these actions, and these lines of the gang plugin's options."""
+    return f'actions: "{actions}"\n' + _VOLCANO_TIERS.format(gang_options=gang_options)
+
+
+VOLCANO_CONF = volcano_conf()
 
 
 class ClusterError(RuntimeError):

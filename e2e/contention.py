@@ -1,7 +1,9 @@
 """The contention benchmark: what gang scheduling saves when TFJobs compete for GPUs.
 
-    python -m e2e.contention [--trials N] [--seed S] [--scheduler volcano|scheduler-plugins|koordinator[,...]]
+    python -m e2e.contention [--trials N] [--seed S]
+                             [--scheduler volcano|scheduler-plugins|koordinator|kubernetes[,...]]
                              [--gang on|off|both] [--jobs J] [--out DIR] [--dir CLUSTER_DIR]
+                             [--scenario stream|preemption] [--volcano-conf preempt|no-enqueue|no-gang-veto]
 
 Each trial draws, from the seed, a cluster (3-6 kwok nodes of 1, 2 or 4 GPUs) and a stream of
 TFJobs (e2e.contention_lib.draw_trial), and runs the same stream with tfop's gang scheduling on
@@ -9,6 +11,9 @@ and off, one after the other on the same nodes. A job's pods run for its run tim
 moment all of them run (the harness then sets kwok's exit markers), as distributed training
 makes no progress before every worker is up. A watch on pods and TFJobs feeds the ledger
 (contention_lib.Ledger); see e2e/CONTENTION.md for the method and the metrics' definitions.
+
+--scenario preemption: low-priority gangs fill the cluster, then a high-priority gang arrives
+(contention_lib.draw_preemption_trial, PreemptionRun); it measures gangs broken by preemption.
 """
 from __future__ import annotations
 
@@ -29,9 +34,11 @@ import aiohttp
 from e2e import build
 from e2e.bench import machine
 from e2e.bench_lib import Admin
-from e2e.cluster import COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, Cluster
-from e2e.contention_lib import (RUN_HEAD, SUMMARY_HEAD, Ledger, Trial, draw_trial, md_table, plot, run_row,
-                                summary_row)
+from e2e.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, Cluster, components_for,
+                         volcano_conf)
+from e2e.contention_lib import (HIGH_PRIORITY, PREEMPT_RUN_HEAD, PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD,
+                                SUMMARY_HEAD, Ledger, Trial, draw_preemption_trial, draw_trial, fmt, md_table, plot,
+                                preempt_run_row, preempt_summary_row, run_row, summary_row)
 from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError
@@ -46,6 +53,7 @@ class Wiring:
     gang: str  # --gang-scheduler-name
     off_args: tuple[str, ...]  # tfop's flags without gang scheduling
     off_placement: str  # who places pods without gangs, and why
+    kubernetes: str | None = None  # the control plane: None, the harness's own; "1.37", e2e.cluster's optional one
 
 
 SCHEDULERS = {
@@ -57,17 +65,23 @@ SCHEDULERS = {
                                 "scheduler-plugins-scheduler, no PodGroup (Coscheduling lets group-less pods through)"),
     "koordinator": Wiring("koordinator", "koordinator", ("--scheduler-name", KOORDINATOR_SCHEDULER_NAME),
                           "koord-scheduler, no gang annotations (its Coscheduling ignores such pods)"),
+    # Kubernetes' own gang scheduling needs the 1.37 control plane (GenericWorkload on, v1beta1
+    # served); without gangs its pods carry no schedulingGroup: plain kube-scheduler 1.37.
+    "kubernetes": Wiring("default", "kubernetes", (), "kube-scheduler 1.37 (no PodGroup, no schedulingGroup)",
+                         kubernetes="1.37"),
 }
-GROUP_KIND = {"volcano": "podgroups.scheduling.volcano.sh", "scheduler-plugins": "podgroups.scheduling.x-k8s.io"}
+GROUP_KIND = {"volcano": "podgroups.scheduling.volcano.sh", "scheduler-plugins": "podgroups.scheduling.x-k8s.io",
+              "kubernetes": "podgroups.scheduling.k8s.io"}
 
 
 def tfjob(spec, namespace: str) -> dict:
     gpus = {GPU_RESOURCE: str(spec.gpus)}
     container = {"name": "tensorflow", "image": "tfop-contention:1", "resources": {"requests": gpus, "limits": gpus}}
+    pod_spec = {"containers": [container]} | ({"priorityClassName": spec.priority} if spec.priority else {})
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": spec.name, "namespace": namespace},
             "spec": {"tfReplicaSpecs": {"Worker": {
                 "replicas": spec.pods, "restartPolicy": "ExitCode",  # exit 137 is retried, a gang restart with gangs
-                "template": {"spec": {"containers": [container]}}}}}}
+                "template": {"spec": pod_spec}}}}}
 
 
 def utc_after(seconds: float) -> str:
@@ -122,6 +136,12 @@ class StreamRun:
         self.patches: list[asyncio.Task] = []
         self.scheduler_names: set[str] = set()
         self.restart_counts: dict[str, int] = {}
+        self.disrupted: set[str] = set()
+        self.stalled: set[str] = set()  # marked once, exit put off since
+        # The preemption scenario: a member lost mid-run stalls the others (training needs them
+        # all) until the gang is whole again, when every member runs its full run time anew.
+        self.stall_broken = False
+        self.disruptions: dict[str, int] = {}  # DisruptionTarget reason -> pods
 
     def on_pod(self, etype: str, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
@@ -132,15 +152,41 @@ class StreamRun:
         if spec.get("nodeName"):
             self.ledger.bind(now, uid, job, spec["nodeName"])
         gone = etype == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
+        for c in status.get("conditions") or []:
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True" and uid not in self.disrupted:
+                self.disrupted.add(uid)
+                self.disruptions[c.get("reason", "")] = self.disruptions.get(c.get("reason", ""), 0) + 1
+        lost = gone and status.get("phase") != "Succeeded"
         if gone:  # a terminating pod holds its GPUs until it is gone, for the schedulers too
-            self.ledger.free(now, uid)
+            self.ledger.free(now, uid, lost=lost)
         if gone or meta.get("deletionTimestamp"):
             self.running.get(job, {}).pop(uid, None)
+            if self.stall_broken and uid in self.marked and status.get("phase") != "Succeeded":
+                self.stall(job)
         elif status.get("phase") == "Running":
-            if (meta.get("labels") or {}).get(EXIT_LABEL) == "true":
+            if (meta.get("labels") or {}).get(EXIT_LABEL) == "true" and uid not in self.stalled:
                 self.marked.add(uid)
             self.running.setdefault(job, {})[uid] = meta["name"]
             self.mark_when_all_run(job)
+
+    def stall(self, job: str) -> None:
+        """A member of a running gang is going: the others' exit is put off (kwok replaces a pod's
+        pending stage on every change), to be set anew when all run again."""
+        if job in self.ledger.ended:
+            return
+        for uid, name in self.running.get(job, {}).items():
+            if uid in self.marked:
+                self.marked.discard(uid)
+                self.stalled.add(uid)
+                patch = {"metadata": {"annotations": {EXIT_DELAY_ANNOTATION: utc_after(3600)}}}
+                self.patches.append(asyncio.create_task(self.patch_pod(name, patch)))
+
+    async def patch_pod(self, name: str, patch: dict) -> None:
+        try:
+            await self.client.merge_patch("v1", "pods", self.ns, name, patch)
+        except ApiError as e:
+            if not (self.stall_broken and e.status == 404):  # evicted or deleted meanwhile
+                raise
 
     def mark_when_all_run(self, job: str) -> None:
         spec, pods = self.specs[job], self.running[job]
@@ -153,11 +199,12 @@ class StreamRun:
             victim = f"{job}-worker-{spec.fail_member}"
         for uid, name in todo:
             self.marked.add(uid)
+            self.stalled.discard(uid)
             fails = name == victim
             patch = {"metadata": {"labels": {EXIT_LABEL: "true"}, "annotations": {
                 EXIT_CODE_ANNOTATION: "137" if fails else "0",
                 EXIT_DELAY_ANNOTATION: utc_after(spec.run_s / 2 if fails else spec.run_s)}}}
-            self.patches.append(asyncio.create_task(self.client.merge_patch("v1", "pods", self.ns, name, patch)))
+            self.patches.append(asyncio.create_task(self.patch_pod(name, patch)))
 
     def on_job(self, etype: str, obj: dict) -> None:
         name, status = obj["metadata"]["name"], obj.get("status") or {}
@@ -213,11 +260,87 @@ class StreamRun:
         return result
 
 
+class PreemptionRun(StreamRun):
+    """The preemption scenario (contention_lib.draw_preemption_trial): the low-priority gangs fill
+    the cluster; once every one of them runs, after HIGH_DELAY_S, the high-priority gang arrives."""
+    HIGH_DELAY_S = 1.0
+
+    def __init__(self, client, namespace: str, trial: Trial, nodes: dict[str, int]):
+        super().__init__(client, namespace, trial, nodes)
+        self.stall_broken = True
+        self.high = next(j for j in trial.jobs if j.priority == HIGH_PRIORITY)
+        self.lows = [j for j in trial.jobs if j is not self.high]
+        self.disrupted_by_job: dict[str, int] = {}
+
+    def on_pod(self, etype: str, pod: dict) -> None:
+        meta, before = pod["metadata"], len(self.disrupted)
+        super().on_pod(etype, pod)
+        if len(self.disrupted) > before:
+            job = (meta.get("labels") or {}).get(LABEL_JOB)
+            self.disrupted_by_job[job] = self.disrupted_by_job.get(job, 0) + 1
+
+    async def submit(self) -> None:
+        t0 = self.ledger.t0
+        for spec in sorted(self.lows, key=lambda j: j.arrival_s):
+            await asyncio.sleep(max(0.0, t0 + spec.arrival_s - time.monotonic()))
+            self.ledger.submit(time.monotonic(), spec.name)
+            await self.client.create(tfjob(spec, self.ns), "tfjobs")
+        deadline = time.monotonic() + 60
+        while not all(j.name in self.ledger.starts for j in self.lows):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the low gangs did not all run within 60 s: {sorted(self.ledger.starts)} ran")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(self.HIGH_DELAY_S)
+        self.ledger.submit(time.monotonic(), self.high.name)
+        await self.client.create(tfjob(self.high, self.ns), "tfjobs")
+
+    async def run(self, timeout: float) -> dict:
+        result = await super().run(timeout)
+        led, high = self.ledger, self.high.name
+        starts, submitted = led.starts.get(high, []), led.submitted.get(high)
+        preempted = sorted(j.name for j in self.lows if led.lost.get(j.name) or self.disrupted_by_job.get(j.name))
+        result["preemption"] = {
+            "high": high, "high_arrival_to_bound_s": starts[0] - submitted if starts and submitted else None,
+            "high_outcome": (led.ended.get(high) or (None, None))[1],
+            "lows_ended_before_high_bound": sum(1 for j in self.lows if starts and j.name in led.ended
+                                                and led.ended[j.name][0] <= starts[0]),
+            "lost_pods": {j.name: led.lost.get(j.name, 0) for j in self.lows if led.lost.get(j.name)},
+            "disrupted_pods": dict(self.disrupted_by_job), "disruption_reasons": dict(self.disruptions),
+            "preempted_jobs": preempted,
+            "back_whole_and_succeeded": [j for j in preempted if len(led.starts.get(j, [])) >= 2
+                                         and (led.ended.get(j) or (None, None))[1] == "Succeeded"],
+            "lows_succeeded": sum(1 for j in self.lows if (led.ended.get(j.name) or (None, None))[1] == "Succeeded"),
+            "lows": len(self.lows)}
+        return result
+
+
+# Volcano with its preempt action, for the preemption scenario only (written over the cluster's
+# volcano.conf, vc-scheduler restarted; the other tests' Volcano is unchanged). "preempt":
+# e2e.cluster's VOLCANO_CONF with "preempt" after "allocate", as Volcano's documentation configures
+# it. The two others each take one more obstacle away, to find which one holds preemption back:
+# "no-enqueue" drops the enqueue action (allocate then moves Pending groups to Inqueue itself, and
+# preempt skips Pending jobs only); "no-gang-veto" also turns off the gang plugin's preemptable
+# check (which offers as victims only members beyond a job's minAvailable), leaving the priority
+# plugin to pick victims.
+VOLCANO_PREEMPT_CONFS = {
+    "preempt": volcano_conf("enqueue, allocate, preempt, backfill"),
+    "no-enqueue": volcano_conf("allocate, preempt, backfill"),
+    "no-gang-veto": volcano_conf("allocate, preempt, backfill", "\n    enablePreemptable: false"),
+}
+
+
+def priority_classes() -> list[dict]:
+    return [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+             "value": value, "description": "tfop contention benchmark, preemption scenario"}
+            for name, value in PRIORITY_VALUES.items()]
+
+
 # -- one scheduler: a cluster, an operator per mode, the trials ---------------------------------
 
 class SchedulerBench:
     def __init__(self, cluster: Cluster, scheduler: str, modes: list[str], args):
         self.cluster, self.scheduler, self.modes, self.args = cluster, scheduler, modes, args
+        self.scenario = getattr(args, "scenario", "stream")
         self.wiring = SCHEDULERS[scheduler]
         self.nodes: dict[str, int] = {}
         self.namespaces = {m: f"contention-{m}" for m in modes}
@@ -228,6 +351,11 @@ class SchedulerBench:
         # `tfop manifests` renders for its flags (gang_helpers.ScopedOperator), watching its namespace.
         from e2e.tests.gang_helpers import ScopedOperator, wait_until
 
+        if self.scenario == "preemption":
+            self.cluster.apply(priority_classes())
+            if self.scheduler == "volcano":
+                (self.cluster.dir / "volcano.conf").write_text(self.args.volcano_conf_text)
+                self.cluster.restart("volcano-scheduler")
         for mode, ns in self.namespaces.items():
             if self.cluster.kubectl("get", "namespace", ns, check=False).returncode != 0:
                 self.cluster.kubectl("create", "namespace", ns)
@@ -269,8 +397,15 @@ class SchedulerBench:
             self.clean(ns)
             print(f"[contention] {self.scheduler} trial {trial.index} gang {mode}: {trial.nodes}x"
                   f"{trial.gpus_per_node} GPUs, {len(trial.jobs)} jobs", flush=True)
-            runs[mode] = await StreamRun(admin.client, ns, trial, dict(self.nodes)).run(self.args.run_timeout)
+            run_class = PreemptionRun if self.scenario == "preemption" else StreamRun
+            runs[mode] = await run_class(admin.client, ns, trial, dict(self.nodes)).run(self.args.run_timeout)
             r = runs[mode]
+            if "preemption" in r:
+                pre = r["preemption"]
+                print(f"[contention]   preemption: high arrival->bound {fmt(pre['high_arrival_to_bound_s'], '.2f')} s, "
+                      f"broken {r['broken_gpu_s']:.2f} GPU-s, preempted {pre['preempted_jobs']} (lost pods "
+                      f"{pre['lost_pods']}, DisruptionTarget {pre['disruption_reasons']}), back whole and "
+                      f"succeeded {pre['back_whole_and_succeeded']}", flush=True)
             print(f"[contention]   {r['outcome']} in {r['duration_s']:.1f}s: partial {r['partial_gpu_s']:.2f} GPU-s, "
                   f"{r['jobs_succeeded']}/{r['jobs']} succeeded, capacity->bound "
                   f"{[round(v, 2) for v in r['capacity_to_bind_s']]}", flush=True)
@@ -282,6 +417,8 @@ class SchedulerBench:
 
 def draw_trials(args) -> list[Trial]:
     rng = random.Random(args.seed)
+    if getattr(args, "scenario", "stream") == "preemption":
+        return [draw_preemption_trial(rng, i) for i in range(args.trials)]
     return [draw_trial(rng, i, args.jobs, member_failure=args.failure_every > 0 and i % args.failure_every
                        == args.failure_every - 1) for i in range(args.trials)]
 
@@ -325,12 +462,48 @@ def write_outputs(out: Path, scheduler: str, args, argv: list[str], results: lis
     return summary
 
 
+def write_preemption_outputs(out: Path, scheduler: str, args, argv: list[str], results: list[dict],
+                             took: float) -> str:
+    stem = f"preemption-{scheduler}" + (f"-{args.volcano_conf}" if scheduler == "volcano" else "")
+    meta = {"command": "python -m e2e.contention " + " ".join(argv), "scenario": "preemption",
+            "scheduler": scheduler, "off_placement": SCHEDULERS[scheduler].off_placement, "seed": args.seed,
+            "trials": args.trials, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
+            "tfop_commit": commit(), "took_s": round(took, 1),
+            "volcano_conf": args.volcano_conf_text if scheduler == "volcano" else None,
+            "priority_classes": PRIORITY_VALUES}
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "trials": results}, indent=1))
+    return render_preemption(out / f"{stem}.json")
+
+
+def render_preemption(path: Path) -> str:
+    """The .md beside a preemption results .json, from it (also: --render PATH)."""
+    data = json.loads(path.read_text())
+    meta, results, scheduler = data["meta"], data["trials"], data["meta"]["scheduler"]
+    modes = [m for m in ("on", "off") if any(m in t["runs"] for t in results)]
+    summary = md_table(PREEMPT_SUMMARY_HEAD, [preempt_summary_row(scheduler, results, m) for m in modes])
+    runs = md_table(PREEMPT_RUN_HEAD, [preempt_run_row(t, m) for t in results for m in modes if m in t["runs"]])
+    conf = f"\n\nvc-scheduler configuration:\n\n```\n{meta['volcano_conf']}```" if meta.get("volcano_conf") else ""
+    path.with_suffix(".md").write_text(
+        f"## preemption, {scheduler}\n\n`{meta['command']}`: {meta['date']}, {meta['machine']['cpus']} CPUs "
+        f"({meta['machine']['cpu_model']}), tfop {meta['tfop_commit']}, {meta['took_s']:.0f} s. Gang off: pods placed "
+        f"by {meta['off_placement']}.{conf}\n\n{summary}\n\n{runs}\n")
+    return summary
+
+
 def write_summary(out: Path, argv: list[str], by_scheduler: dict[str, list[dict]]) -> None:
     """One table over the schedulers of this invocation: a row per scheduler and gang mode."""
     rows = [summary_row(s, trials, m) for s, trials in by_scheduler.items() for m in ("on", "off")]
     (out / "contention-summary.md").write_text(
         f"`python -m e2e.contention {' '.join(argv)}`: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
         f"tfop {commit()}.\n\n{md_table(SUMMARY_HEAD, rows)}\n")
+
+
+def start_cluster(scheduler: str, wiring: Wiring) -> Cluster:
+    schedulers = sorted({"default", wiring.cluster})
+    build.ensure(components_for(schedulers, wiring.kubernetes))
+    d = Path(tempfile.mkdtemp(prefix=f"tfop-contention-{scheduler}-"))
+    print(f"[contention] starting a cluster for {scheduler} in {d}", flush=True)
+    return Cluster.up(d, gpu_nodes=0, schedulers=schedulers, kubernetes=wiring.kubernetes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,7 +520,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-timeout", type=float, default=150, help="seconds; a run still going then ends as timeout")
     ap.add_argument("--out", default="e2e/contention-results")
     ap.add_argument("--dir", help="use the cluster running in this directory (it must run the scheduler)")
+    ap.add_argument("--scenario", choices=["stream", "preemption"], default="stream",
+                    help="stream: the contention stream; preemption: low-priority gangs fill the cluster, then a "
+                         "high-priority gang arrives (e2e/CONTENTION.md)")
+    ap.add_argument("--volcano-conf", choices=list(VOLCANO_PREEMPT_CONFS), default="preempt",
+                    help="preemption scenario: vc-scheduler's configuration (VOLCANO_PREEMPT_CONFS)")
+    ap.add_argument("--render", metavar="JSON", help="only write the .md of this preemption results .json again")
     args = ap.parse_args(argv)
+    if args.render:
+        print(render_preemption(Path(args.render)))
+        return 0
+    args.volcano_conf_text = VOLCANO_PREEMPT_CONFS[args.volcano_conf]
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     unknown = set(schedulers) - set(SCHEDULERS)
     if unknown:
@@ -360,26 +543,27 @@ def main(argv: list[str] | None = None) -> int:
         wiring, t = SCHEDULERS[scheduler], time.monotonic()
         if args.dir:
             cluster = Cluster.attach(args.dir)
-            if wiring.cluster not in cluster.state.get("schedulers", []):
+            if (wiring.cluster not in cluster.state.get("schedulers", [])
+                    or cluster.state.get("kubernetes") != wiring.kubernetes):
                 ap.error(f"the cluster in {args.dir} does not run {scheduler}")
         else:
-            build.ensure(["kubernetes", "etcd", "kwok", {"coscheduling": "scheduler-plugins"}.get(wiring.cluster,
-                                                                                                wiring.cluster)])
-            d = Path(tempfile.mkdtemp(prefix=f"tfop-contention-{scheduler}-"))
-            print(f"[contention] starting a cluster for {scheduler} in {d}", flush=True)
-            cluster = Cluster.up(d, gpu_nodes=0, schedulers=["default", wiring.cluster])
+            cluster = start_cluster(scheduler, wiring)
         try:
             results = run_scheduler(cluster, scheduler, args, trials)
         finally:
             if not args.dir:
                 cluster.down()
-        summary = write_outputs(out, scheduler, args, argv, results, time.monotonic() - t)
-        by_scheduler[scheduler] = results
+        if args.scenario == "preemption":
+            summary = write_preemption_outputs(out, scheduler, args, argv, results, time.monotonic() - t)
+        else:
+            summary = write_outputs(out, scheduler, args, argv, results, time.monotonic() - t)
+            by_scheduler[scheduler] = results
         print(summary, flush=True)
         failed |= any(r["outcome"] == "timeout" for t_ in results for r in t_["runs"].values())
     if len(by_scheduler) > 1:
         write_summary(out, argv, by_scheduler)
-    print(f"[contention] wrote {out}/contention-<scheduler>.{{json,md,png}}")
+    print(f"[contention] wrote {out}/" + ("preemption-<scheduler>.{json,md}" if args.scenario == "preemption"
+                                         else "contention-<scheduler>.{json,md,png}"))
     return 2 if failed else 0
 
 

@@ -30,6 +30,7 @@ class JobSpec:
     arrival_s: float  # after the run's start
     run_s: float  # from the moment every pod runs
     fail_member: int | None = None  # this Worker exits 137 half-way through the first attempt
+    priority: str | None = None  # a PriorityClass for its pods (the preemption scenario)
 
     @property
     def total_gpus(self) -> int:
@@ -64,6 +65,38 @@ def draw_trial(rng: random.Random, index: int, jobs: int, member_failure: bool,
         specs.append(JobSpec(f"t{index}-j{i:02d}", pods, gpus, round(t, 2), round(rng.uniform(*run_s), 1),
                              rng.randrange(pods) if i == victim else None))
         t += rng.expovariate(1 / mean_gap_s)
+    return Trial(index, nodes, per_node, tuple(specs))
+
+
+LOW_PRIORITY, HIGH_PRIORITY = "tfop-contention-low", "tfop-contention-high"  # PriorityClasses
+PRIORITY_VALUES = {LOW_PRIORITY: 100, HIGH_PRIORITY: 10000}
+
+
+def draw_preemption_trial(rng: random.Random, index: int, low_run_s: tuple[float, float] = (8.0, 12.0),
+                          high_run_s: tuple[float, float] = (2.0, 5.0)) -> Trial:
+    """A cluster drawn as draw_trial draws it (3-6 nodes of 1, 2 or 4 GPUs), filled exactly by
+    low-priority gangs of 2 pods or more of one size g (g divides a node's GPUs, so any placement
+    packs), then one high-priority gang (the last job) of pods of g' >= g GPUs, 2 pods up to half
+    the cluster, which fits only once some low gangs are gone. The low gangs run 8-12 s, the high
+    one 2-5 s; the harness submits the high one once every low one runs."""
+    nodes, per_node = rng.randint(3, 6), rng.choice(GPU_CHOICES)
+    total = nodes * per_node
+    g = rng.choice([c for c in GPU_CHOICES if c <= per_node and 2 * c <= total])
+    slots, sizes = total // g, []
+    while slots:
+        n = min(slots, rng.randint(2, max(2, math.ceil(total / 2 / g))))
+        if slots - n == 1:
+            n += 1
+        sizes.append(n)
+        slots -= n
+    if sizes[-1] == 1:  # only when the cluster holds 3 slots and the first job took 2
+        sizes[-2:] = [sizes[-2] + 1]
+    specs = [JobSpec(f"p{index}-low{i:02d}", n, g, round(0.1 * i, 2), round(rng.uniform(*low_run_s), 1),
+                     priority=LOW_PRIORITY) for i, n in enumerate(sizes)]
+    gh = rng.choice([c for c in GPU_CHOICES if g <= c <= per_node and 2 * c <= total])
+    pods = rng.randint(2, max(2, math.ceil(total / 2 / gh)))
+    specs.append(JobSpec(f"p{index}-high", pods, gh, -1.0, round(rng.uniform(*high_run_s), 1),
+                         priority=HIGH_PRIORITY))
     return Trial(index, nodes, per_node, tuple(specs))
 
 
@@ -107,6 +140,13 @@ class Ledger:
     arrival_to_bind: list = field(default_factory=list)  # s: placeable at submission -> bound
     restart_to_bind: list = field(default_factory=list)  # s: a started job's gang placeable again -> bound
     bind_spread: list = field(default_factory=list)  # s: first to last pod bound, per start
+    # Broken gangs: a started attempt that lost a member (deleted or Failed, not Succeeded) while
+    # the job had not ended; its surviving members hold GPUs the job cannot use.
+    lost: dict = field(default_factory=dict)  # job -> members lost before the job ended
+    broken: dict = field(default_factory=dict)  # job -> (since, GPU-s so far) of its open episode
+    broken_gpus: int = 0
+    broken_gpu_s: float = 0.0
+    broken_episodes: list = field(default_factory=list)  # (job, s since t0, duration s, GPU-s), closed
 
     def __post_init__(self):
         self.now = self.last_progress = self.t0
@@ -138,7 +178,9 @@ class Ledger:
         self._update_partial(t)
         self._refresh_placeable(t)
 
-    def free(self, t: float, uid: str) -> None:
+    def free(self, t: float, uid: str, lost: bool = False) -> None:
+        """The pod no longer holds GPUs. `lost`: it ended other than Succeeded (deleted, evicted,
+        Failed); a member of a started attempt lost before its job ended breaks the gang."""
         pod = self.pods.get(uid)
         if pod is None or pod.gone:
             return
@@ -146,6 +188,10 @@ class Ledger:
         pod.gone = True
         self.used[pod.node] -= pod.gpus
         self.held[pod.job].discard(uid)
+        if lost and pod.job not in self.ended:
+            self.lost[pod.job] = self.lost.get(pod.job, 0) + 1
+            if pod.in_full_gang and pod.job not in self.broken:
+                self.broken[pod.job] = (t, 0.0)
         self._update_partial(t)
         self._refresh_placeable(t)
 
@@ -156,6 +202,8 @@ class Ledger:
         self.ended[job] = (t, outcome)
         self.last_progress = t
         self.placeable_since.pop(job, None)
+        self._close_broken(t, job)
+        self._update_partial(t)
 
     # -- state --------------------------------------------------------------------------------
     def unfinished(self) -> list[str]:
@@ -166,6 +214,7 @@ class Ledger:
         "stall": no job started or ended for `window` s while jobs wait; else None."""
         if not self.unfinished() or t - self.last_progress < window:
             return None
+        # partial_since: partial or broken gangs have held GPUs since then
         if self.partial_since is not None and t - max(self.last_progress, self.partial_since) >= window:
             return "deadlock"
         return "stall" if self.partial_since is None else None
@@ -180,7 +229,20 @@ class Ledger:
         self.partial_gpu_s += self.partial_gpus * (t - self.now)
         for job, gpus in self.partial_by_job.items():
             self.accrued[job] = self.accrued.get(job, 0.0) + gpus * (t - self.now)
+        for job, (since, acc) in self.broken.items():
+            gpus = self._broken_gpus(job)
+            self.broken_gpu_s += gpus * (t - self.now)
+            self.broken[job] = (since, acc + gpus * (t - self.now))
         self.now = t
+
+    def _broken_gpus(self, job: str) -> int:
+        """GPUs the surviving members of `job`'s broken attempt hold."""
+        return sum(p.gpus for u in self.held.get(job, ()) if (p := self.pods[u]).in_full_gang)
+
+    def _close_broken(self, t: float, job: str) -> None:
+        if job in self.broken:
+            since, acc = self.broken.pop(job)
+            self.broken_episodes.append((job, since - self.t0, t - since, acc))
 
     def _started(self, t: float, job: str) -> None:
         previous = self.starts.setdefault(job, [])
@@ -192,6 +254,7 @@ class Ledger:
                 self.capacity_to_bind.append(t - since)
             else:
                 self.arrival_to_bind.append(t - since)
+        self._close_broken(t, job)  # whole again
         spread = t - self.first_bound.get(job, t)
         self.bind_spread.append(spread)
         if spread <= BIND_BURST_S:
@@ -203,13 +266,15 @@ class Ledger:
     def _update_partial(self, t: float) -> None:
         self.partial_by_job = {job: g for job, uids in self.held.items()
                                if (g := sum(p.gpus for u in uids if not (p := self.pods[u]).in_full_gang))}
+        for job in [j for j in self.broken if not self._broken_gpus(j)]:  # no survivor holds GPUs any more
+            self._close_broken(t, job)
+        broken = sum(self._broken_gpus(j) for j in self.broken)
         gpus = sum(self.partial_by_job.values())
+        if (gpus + broken > 0) != (self.partial_gpus + self.broken_gpus > 0):
+            self.partial_since = t if gpus + broken else None
+        self.broken_gpus = broken
         if gpus == self.partial_gpus:
             return
-        if gpus and not self.partial_gpus:
-            self.partial_since = t
-        elif not gpus:
-            self.partial_since = None
         self.partial_gpus = gpus
         at = t - self.t0
         if len(self.timeline) > 1 and self.timeline[-1][0] == at:  # a state that lasted no time
@@ -249,6 +314,9 @@ class Ledger:
             "capacity_to_bind_s": self.capacity_to_bind, "arrival_to_bind_s": self.arrival_to_bind,
             "restart_to_bind_s": self.restart_to_bind, "bind_spread_s": self.bind_spread,
             "timeline": self.timeline + [(t_end - self.t0, self.partial_gpus)],
+            "lost_pods": dict(self.lost), "broken_gpu_s": self.broken_gpu_s,
+            "broken_episodes": self.broken_episodes + [(j, s - self.t0, t_end - s, acc)
+                                                       for j, (s, acc) in self.broken.items()],
         }
 
 
@@ -340,3 +408,85 @@ def plot(scheduler: str, trials: list[dict], path: Path) -> bool:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+# -- the preemption scenario's report ---------------------------------------------------------
+
+def broken_beyond_burst(run: dict) -> float:
+    """Broken GPU-s of the episodes that lasted longer than BIND_BURST_S (a gang evicted whole
+    still loses its pods one DELETE at a time, a few ms apart)."""
+    return sum(gpu_s for _, _, duration, gpu_s in run.get("broken_episodes", []) if duration > BIND_BURST_S)
+
+
+def evicted_gpus(trial: dict, run: dict) -> int:
+    """GPUs of the low jobs' pods the scheduler marked DisruptionTarget (its victims)."""
+    gpus = {j["name"]: j["gpus"] for j in trial["jobs"]}
+    high = run["preemption"]["high"]
+    return sum(gpus.get(job, 0) * n for job, n in run["preemption"]["disrupted_pods"].items() if job != high)
+
+
+def low_disrupted(run: dict) -> int:
+    pre = run["preemption"]
+    return sum(n for job, n in pre["disrupted_pods"].items() if job != pre["high"])
+
+
+def high_restarts(run: dict) -> int:
+    """Gang restarts of the high job (tfop's restartCount): its own pods lost before it ran."""
+    return run["restart_counts"].get(run["preemption"]["high"], 0)
+
+
+def _shape(trial: dict) -> tuple[str, str]:
+    jobs = trial["jobs"]
+    lows = [j for j in jobs if j.get("priority") != jobs[-1].get("priority")] or jobs[:-1]
+    high = jobs[-1]
+    return " ".join(f"{j['pods']}x{j['gpus']}" for j in lows), f"{high['pods']}x{high['gpus']}"
+
+
+PREEMPT_RUN_HEAD = ["trial", "nodes x GPUs", "low gangs (pods x GPUs)", "high gang", "gang", "outcome",
+                    "high arrival→bound s", "low jobs ended before high bound", "broken GPU-s",
+                    "broken GPU-s beyond 1 s", "partial GPU-s", "low pods lost (DisruptionTarget)",
+                    "GPUs evicted / high gang's", "low jobs preempted",
+                    "preempted back whole and Succeeded", "high gang restarts", "succeeded", "deadlocks"]
+PREEMPT_SUMMARY_HEAD = ["scheduler", "gang", "trials", "broken GPU-s (sum)", "broken GPU-s beyond 1 s (sum)",
+                        "broken GPU-s (max/trial)", "partial GPU-s (sum)", "low pods lost (DisruptionTarget)",
+                        "GPUs evicted / high gangs'",
+                        "trials with preemption", "low jobs preempted", "preempted back whole and Succeeded",
+                        "high gang restarts", "jobs succeeded", "deadlocks", "high arrival→bound mean s", "p50 s",
+                        "max s"]
+
+
+def preempt_run_row(trial: dict, mode: str) -> list[str]:
+    r = trial["runs"][mode]
+    pre = r["preemption"]
+    lows, high = _shape(trial)
+    return [str(trial["index"]), f"{trial['nodes']}x{trial['gpus_per_node']}", lows, high, mode, r["outcome"],
+            fmt(pre["high_arrival_to_bound_s"], ".2f"), str(pre["lows_ended_before_high_bound"]),
+            fmt(r["broken_gpu_s"], ".2f"), fmt(broken_beyond_burst(r), ".2f"), fmt(r["partial_gpu_s"], ".2f"),
+            f"{sum(pre['lost_pods'].values())} ({low_disrupted(r)})",
+            f"{evicted_gpus(trial, r)}/{trial['jobs'][-1]['pods'] * trial['jobs'][-1]['gpus']}",
+            str(len(pre["preempted_jobs"])), f"{len(pre['back_whole_and_succeeded'])}/{len(pre['preempted_jobs'])}",
+            str(high_restarts(r)), f"{r['jobs_succeeded']}/{r['jobs']}", str(r["deadlocks"])]
+
+
+def preempt_summary_row(scheduler: str, trials: list[dict], mode: str) -> list[str]:
+    runs = [t["runs"][mode] for t in trials if mode in t["runs"]]
+    if not runs:
+        return []
+    pres = [r["preemption"] for r in runs]
+    bound = [p["high_arrival_to_bound_s"] for p in pres if p["high_arrival_to_bound_s"] is not None]
+    preempted = sum(len(p["preempted_jobs"]) for p in pres)
+    return [scheduler, mode, str(len(runs)), fmt(sum(r["broken_gpu_s"] for r in runs), ".2f"),
+            fmt(sum(broken_beyond_burst(r) for r in runs), ".2f"), fmt(max(r["broken_gpu_s"] for r in runs), ".2f"),
+            fmt(sum(r["partial_gpu_s"] for r in runs), ".2f"),
+            f"{sum(sum(p['lost_pods'].values()) for p in pres)} "
+            f"({sum(low_disrupted(r) for r in runs)})",
+            f"{sum(evicted_gpus(t, t['runs'][mode]) for t in trials if mode in t['runs'])}/"
+            f"{sum(t['jobs'][-1]['pods'] * t['jobs'][-1]['gpus'] for t in trials if mode in t['runs'])}",
+            str(sum(1 for p in pres if p["preempted_jobs"])), str(preempted),
+            f"{sum(len(p['back_whole_and_succeeded']) for p in pres)}/{preempted}",
+            str(sum(high_restarts(r) for r in runs)),
+            f"{sum(r['jobs_succeeded'] for r in runs)}/{sum(r['jobs'] for r in runs)}",
+            str(sum(r["deadlocks"] for r in runs)),
+            fmt(sum(bound) / len(bound) if bound else None, ".2f") + (
+                f" ({len(bound)} of {len(runs)} bound)" if len(bound) < len(runs) else ""),
+            fmt(percentile(bound, 50), ".2f"), fmt(worst(bound), ".2f")]

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from e2e import contention
-from e2e.contention_lib import BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_trial
+from e2e import contention, contention_lib
+from e2e.contention_lib import BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_preemption_trial, draw_trial
 from e2e.pytest_plugin import own_cluster
 
 NODES = {"n0": 2, "n1": 2}  # 4 GPUs
@@ -132,6 +132,79 @@ def test_trials_are_drawn_from_the_seed_within_their_bounds():
             assert j.pods >= 2 and j.gpus <= t.gpus_per_node and j.total_gpus <= t.gpus
         assert max(j.total_gpus for j in t.jobs) > t.gpus / 3 or t.gpus < 6
     assert [j.fail_member is not None for j in a[2].jobs].count(True) == 1
+
+
+# -- the preemption scenario's ledger: gangs broken by preemption, on tables -----------------------
+
+def test_a_gang_evicted_member_by_member_is_broken_until_its_last_member_is_gone():
+    led = ledger(job("low", 4), job("high", 2))
+    led.submit(0.0, "low")
+    for i, node in enumerate(["n0", "n0", "n1", "n1"]):
+        led.bind(0.5, f"l{i}", "low", node)
+    led.submit(2.0, "high")
+    led.free(3.0, "l0", lost=True)  # evicted: 3 members keep 3 GPUs the job cannot use
+    led.free(5.0, "l1", lost=True)  # 2 keep 2 GPUs
+    led.free(6.0, "l2", lost=True)
+    led.free(6.0, "l3", lost=True)  # all gone: no longer broken
+    m = led.metrics(8.0, "finished")
+    assert m["broken_gpu_s"] == pytest.approx(3 * 2 + 2 * 1)
+    assert m["broken_episodes"] == [("low", 3.0, 3.0, pytest.approx(8.0))]
+    assert m["lost_pods"] == {"low": 4} and m["partial_gpu_s"] == 0  # broken is not partial
+
+
+def test_a_gang_evicted_whole_within_a_second_is_broken_only_for_the_deletes():
+    led = ledger(job("low", 2))
+    led.submit(0.0, "low")
+    led.bind(0.5, "l0", "low", "n0")
+    led.bind(0.5, "l1", "low", "n1")
+    led.free(3.0, "l0", lost=True)
+    led.free(3.02, "l1", lost=True)
+    m = led.metrics(4.0, "finished")
+    assert m["broken_gpu_s"] == pytest.approx(0.02)
+    assert contention_lib.broken_beyond_burst(m) == 0
+
+
+def test_members_ending_succeeded_or_after_the_job_ended_break_nothing():
+    led = ledger(job("a", 2), job("b", 2))
+    for name in ("a", "b"):
+        led.submit(0.0, name)
+        led.bind(0.5, f"{name}0", name, "n0")
+        led.bind(0.5, f"{name}1", name, "n1")
+    led.free(3.0, "a0")  # Succeeded
+    led.free(4.0, "a1")
+    led.end(4.0, "a", "Succeeded")
+    led.end(5.0, "b", "Succeeded")
+    led.free(5.5, "b0", lost=True)  # cleaned up after its job ended
+    m = led.metrics(6.0, "finished")
+    assert m["broken_gpu_s"] == 0 and m["broken_episodes"] == [] and m["lost_pods"] == {}
+
+
+def test_a_broken_gang_made_whole_again_is_a_restart_and_survivors_stuck_are_a_deadlock():
+    led = ledger(job("low", 2), job("other", 2))
+    led.submit(0.0, "low")
+    led.bind(0.5, "l0", "low", "n0")
+    led.bind(0.5, "l1", "low", "n1")
+    led.free(1.0, "l1", lost=True)  # one member evicted, its replacement waits
+    assert led.stuck(1.0 + DEADLOCK_S) == "deadlock"  # a survivor has held its GPU all along
+    led.bind(2.0, "l2", "low", "n1")  # whole again
+    m = led.metrics(3.0, "finished")
+    assert m["broken_gpu_s"] == pytest.approx(1.0) and m["restarts"] == 1
+    assert m["broken_episodes"] == [("low", 1.0, 1.0, pytest.approx(1.0))]
+
+
+def test_preemption_trials_fill_the_cluster_with_low_gangs_and_need_preemption_for_the_high_one():
+    a = [draw_preemption_trial(random.Random(1), i) for i in range(10)]
+    assert a == [draw_preemption_trial(random.Random(1), i) for i in range(10)]
+    rng = random.Random(1)
+    for i in range(20):
+        t = draw_preemption_trial(rng, i)
+        *lows, high = t.jobs
+        assert 3 <= t.nodes <= 6 and high.priority == contention_lib.HIGH_PRIORITY
+        assert {j.priority for j in lows} == {contention_lib.LOW_PRIORITY}
+        assert sum(j.total_gpus for j in lows) == t.gpus  # full: the high gang needs preemption
+        assert len({j.gpus for j in lows}) == 1 and all(j.pods >= 2 for j in t.jobs)
+        assert high.gpus >= lows[0].gpus and high.pods <= max(2, -(-t.gpus // (2 * high.gpus)))  # up to half
+        assert high.pods <= t.nodes * (t.gpus_per_node // high.gpus)
 
 
 # -- the tool, end to end -------------------------------------------------------------------------
