@@ -33,8 +33,8 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
-from e2e.tests.test_rbac_exact import (KUBERNETES, assert_gang_operator_exact, kueue_kinds_served,
-                                       priority_class_made)
+from e2e.tests.test_rbac_exact import (KUBERNETES, AuditedOperator, assert_gang_operator_exact,
+                                       kueue_kinds_served, priority_class_made)
 from tfop.gang.backends.kubernetes import scheduled_condition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.builds("kubernetes-1.37")]
@@ -254,3 +254,23 @@ def test_the_operator_uses_exactly_its_role(native, namespace):
         p.add(1, gpus=1)
         assert_gang_operator_exact(cluster, namespace, "kubernetes", KUBERNETES, priority_class, place=p.place,
                                    by_auto=False)
+
+
+def test_auto_under_the_backends_own_role_finds_it_by_discovery(native, namespace):
+    """`tfop gang enable --gang-scheduler-name auto` keeps `auto` in the Deployment's args and grants
+    the rules of the backend it found: for this one, no CRD rule. The operator cannot list CRDs,
+    says so once, finds the API by discovery, and makes the job's gang."""
+    cluster, api = native
+    with pool(cluster, api, namespace) as p:
+        p.add(1, gpus=1)
+        op = AuditedOperator(cluster, [namespace], gang_scheduler_name="kubernetes")  # run with `auto`
+        op.start()
+        try:
+            log = op.log_path.read_text()
+            assert "cannot list CRDs" in log and "so kubernetes" in log, op.log_tail()
+            job = prepare_job(seed("002-0"), namespace, p, replicas={"Worker": 1})
+            submit(cluster, job)
+            wait_until(lambda: podgroup(api, namespace, job["metadata"]["name"]), 20, "the job's PodGroup",
+                       op.log_tail)
+        finally:
+            op.stop()

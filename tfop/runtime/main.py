@@ -47,9 +47,19 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
 
     installed = None
     if settings.gang_scheduler_name == AUTO:  # listed up front: the resolver cannot await a callable
-        listing = await client.list("apiextensions.k8s.io/v1", "customresourcedefinitions")
-        installed = {item["metadata"]["name"] for item in listing.get("items") or []}
-        installed |= await served_group_apis(client, served_keys())
+        installed = await served_group_apis(client, served_keys())
+        try:
+            listing = await client.list("apiextensions.k8s.io/v1", "customresourcedefinitions")
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            # The role of a built-in API's backend (`tfop gang enable` keeps `auto` in the args and
+            # grants the rules of the backend it found) has no CRD rule: discovery alone decides.
+            log.warning("gang scheduling: --gang-scheduler-name=auto cannot list CRDs (%s), so it looks only "
+                        "at the built-in gang APIs discovery lists; a role for a CRD-based scheduler "
+                        "(`tfop manifests --gang-scheduler-name <name>`) grants the list", err.message)
+        else:
+            installed |= {item["metadata"]["name"] for item in listing.get("items") or []}
     backend, why = backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name,
                                       settings.scheduler_name, installed_crds=installed)
     log.info("gang scheduling: %s", why)

@@ -71,8 +71,8 @@ KUEUE_RULES: tuple[dict, ...] = (
 def crd_rules(backend: GangBackend) -> tuple[dict, ...]:
     """What the operator reads of CRDs at start for this backend: `get` of its group object's CRD
     (logged when missing), `list` when `--gang-scheduler-name auto` may pick it by its CRDs (a
-    built-in API is found by discovery, which needs no rule; `tfop gang enable` keeps `auto` in the
-    args, so a role made for the backend cannot tell)."""
+    built-in API is found by discovery, which needs no rule: under its backend's role `auto` cannot
+    list CRDs, says so, and decides by discovery alone)."""
     verbs = ["get"] if group_crd(backend) is not None else []
     verbs += ["list"] if getattr(backend, "crds", ()) else []  # duck-typed backends may lack both
     return ({"apiGroups": [CRD_API], "resources": ["customresourcedefinitions"], "verbs": verbs},) if verbs else ()
