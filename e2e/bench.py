@@ -432,7 +432,10 @@ def figures(label: str, ns: str, J: int, pods_per_job: int, clock: PodClock, cen
     if w.op0 and w.op1:
         cpu = w.op1["cpu_s"] - w.op0["cpu_s"]
         result.update(cpu_s=cpu, cpu_ms_per_job=1000 * cpu / J, peak_rss_mb=w.op1["peak_rss"] / 2**20,
-                      rss_mb=w.op1["rss"] / 2**20)
+                      rss_mb=w.op1["rss"] / 2**20,
+                      user_ms_per_job=1000 * (w.op1["user_s"] - w.op0["user_s"]) / J,
+                      system_ms_per_job=1000 * (w.op1["system_s"] - w.op0["system_s"]) / J,
+                      wakeups_per_job=(w.op1["wakeups"] - w.op0["wakeups"]) / J)
     elif w.raw_cpu is not None:  # the raw client's thread; its memory is the benchmark's, not told apart
         result.update(cpu_s=w.raw_cpu, cpu_ms_per_job=1000 * w.raw_cpu / J)
     # The control plane's CPU over the same window (t0 to the end of the idle wait).
@@ -485,7 +488,10 @@ def summary(r: dict) -> str:
     return (f"wall {fmt(r['wall_s'])}s, objects {fmt(r['objects_s'])}s, {fmt(r['pods_per_s'], '.0f')} pods/s, "
             f"p50/p95/p99 {fmt(r['latency_p50_s'])}/{fmt(r['latency_p95_s'])}/{fmt(r['latency_p99_s'])}s, "
             f"writes/job {fmt(r['writes_per_job'], '.2f')}, events/job {fmt(r['events_per_job'], '.2f')}, "
-            f"CPU ms/job {fmt(r.get('cpu_ms_per_job'), '.1f')}, apiserver CPU {fmt(r.get('apiserver_cpu_s'))}s, "
+            f"CPU ms/job {fmt(r.get('cpu_ms_per_job'), '.1f')}"
+            + (f" (user {r['user_ms_per_job']:.1f}, system {r['system_ms_per_job']:.1f}, "
+               f"{r['wakeups_per_job']:.1f} wake-ups)" if "user_ms_per_job" in r else "")
+            + f", apiserver CPU {fmt(r.get('apiserver_cpu_s'))}s, "
             f"etcd CPU {fmt(r.get('etcd_cpu_s'))}s, all CPU {fmt(r.get('all_cpu_s'))}s "
             f"(machine busy {fmt(r.get('machine_busy'), '.2f')})"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")

@@ -426,15 +426,19 @@ def strip_owner(obj: dict) -> dict:
 # -- the operators under test -----------------------------------------------------------------
 
 def proc_stats(pid: int) -> dict:
-    """CPU seconds (user+system) and peak RSS (VmHWM) of a live process."""
-    cpu = proc_cpu(pid)
-    hwm = rss = 0
+    """CPU seconds (user+system, and each), peak RSS (VmHWM) and voluntary context switches of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {"cpu_s": proc_cpu(pid), "user_s": int(fields[11]) / tick, "system_s": int(fields[12]) / tick,
+             "peak_rss": 0, "rss": 0, "wakeups": 0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1]) * 1024
+            stats["peak_rss"] = int(line.split()[1]) * 1024
         elif line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024
-    return {"cpu_s": cpu, "peak_rss": hwm, "rss": rss}
+            stats["rss"] = int(line.split()[1]) * 1024
+        elif line.startswith("voluntary_ctxt_switches:"):  # each a sleep ended: the event loop woken
+            stats["wakeups"] += int(line.split()[1])
+    return stats
 
 
 def proc_cpu(pid: int) -> float | None:

@@ -1,8 +1,10 @@
+from dataclasses import replace
+
 import pytest
 
 from gang_fixtures import container, job, replica, seed000, seed003, template
 from tfop.gang.base import GangShape
-from tfop.gang.shape import compute_shape, pod_requests, priority_order, shape_problems
+from tfop.gang.shape import compute_shape, gang_of, pod_requests, priority_order, shape_problems
 from tfop.api.validation import WARNING, Problem
 
 PRIO = {"high": 1000, "low": 10, "also-high": 1000}
@@ -176,3 +178,18 @@ def test_only_bad_quantities_and_mixed_priorities_block():
                 if p.blocking]
     assert all("esources" in p.field or "share one priority" in p.message for p in blocking)
     assert sum("esources" in p.field for p in blocking) == 2
+
+
+def test_gang_of_computes_once_per_spec_and_priority_values():
+    """What a pass reads of the gang is computed once for the job's spec and PriorityClass values: the
+    copies each pass makes of the job (its status changed) reuse it; other values or another spec do not."""
+    j = seed003(priority_class="high")
+    problems, shape = gang_of(j, PRIO)
+    assert (list(problems), shape) == (shape_problems(j, PRIO), compute_shape(j, PRIO))
+    assert gang_of(replace(j, status={"conditions": []}), dict(PRIO))[1] is shape
+    lower = {**PRIO, "high": 5}
+    assert gang_of(j, lower)[1] is not shape and gang_of(j, lower)[1] == compute_shape(j, lower)
+    more = replace(j, replicas=(j.replicas[0], replace(j.replicas[1], replicas=6)))  # shares j.derived
+    assert gang_of(more, PRIO)[1] == compute_shape(more, PRIO) != shape
+    mixed = job(replica("PS", 1, prio_tmpl("high")), replica("Worker", 1, prio_tmpl("low")))
+    assert gang_of(mixed, PRIO) == (tuple(shape_problems(mixed, PRIO)), None)  # blocked: no shape

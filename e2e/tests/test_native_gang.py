@@ -33,7 +33,7 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
-from e2e.tests.test_rbac_exact import (KUBERNETES, AuditedOperator, assert_gang_operator_exact,
+from e2e.tests.audit_helpers import (KUBERNETES, AuditedOperator, assert_gang_operator_exact,
                                        kueue_kinds_served, priority_class_made)
 from tfop.gang.backends.kubernetes import scheduled_condition
 

@@ -79,6 +79,9 @@ class TFJob:
     annotations: Mapping[str, str] = field(default_factory=dict)
     creation_timestamp: str | None = None
     status: Mapping[str, Any] = field(default_factory=dict)
+    # What is computed from the spec alone, kept with it (tfop.gang.shape.gang_of): a pass runs for every
+    # event of the job's pods, and the spec rarely changes. The copies with_status makes share it.
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
 
     def replica(self, rtype: str) -> ReplicaSpec | None:
         for spec in self.replicas:

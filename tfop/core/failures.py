@@ -8,7 +8,7 @@ from tfop.api.conditions import REASON, RESTARTING, RUNNING
 from tfop.api.constants import ANNOTATION_GANG_RESTART
 from tfop.core.context import Context
 from tfop.core.draft import Draft
-from tfop.core.view import SUCCEEDED_INDEXES
+from tfop.core.view import SUCCEEDED_INDEXES, JobView
 from tfop.gang.base import GangShape
 
 # Exit codes >= 128 are signals (OOM kill 137, SIGTERM 143, Ctrl-C 130): worth a retry.
@@ -94,7 +94,7 @@ def _out_of_budget(draft: Draft, what: str) -> bool:
     return False
 
 
-def _why(restartable: list[Pod], lost: list[str], view) -> str:
+def _why(restartable: list[Pod], lost: list[str], view: JobView) -> str:
     if lost and not restartable and not any(pods.is_active(p) for p in view.all_pods):
         # A gang preempted whole (disruptionMode all), or all its pods deleted by someone else.
         return f"all {len(lost)} of its members still running disappeared at once (deleted by someone else: " \

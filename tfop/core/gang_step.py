@@ -12,7 +12,7 @@ from tfop.core.context import Context
 from tfop.core.draft import Draft
 from tfop.core.plan import Ref
 from tfop.gang.base import GangBackend, GangShape, GangState
-from tfop.gang.shape import compute_shape, shape_problems
+from tfop.gang.shape import gang_of
 
 NO_GANG = (None, GangState(admitted=True))
 # A group the scheduler has seen (given a phase) but not admitted for this long, while the free
@@ -33,21 +33,21 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
     backend, view = ctx.backend, draft.view
     if backend is None:
         return NO_GANG
-    problems = shape_problems(view.job, view.obs.priority_values)
-    blocking = [p for p in problems if p.blocking]
-    if blocking:
+    problems, shape = gang_of(view.job, view.obs.priority_values)
+    if shape is None:  # a problem blocks the gang
+        blocking = [p for p in problems if p.blocking]
         draft.fail("the gang cannot be formed: " + "; ".join(str(p) for p in blocking), reason="InvalidGang")
         return None
     warnings = [p for p in problems if not p.blocking]
     if warnings and not conditions.find(list(view.job.status.get("conditions") or []), conditions.CREATED):
         draft.event("Warning", "GangSpecWarning", "; ".join(str(p) for p in warnings))  # once, on the first pass
-    shape = compute_shape(view.job, view.obs.priority_values)
     _ensure_group(draft, backend, shape)
     # A group this pass creates is read as created (the scheduler has not seen it yet), so that the
     # pass after its create settles on it (tests/core_fixtures.assert_settles): its answer starts none.
     state = backend.state(view.group or draft.plan.create_group, list(view.all_pods))
     if state.spent:
         draft.delete_group(backend.group_resource.plural)  # created anew once gone, before the pods
+        draft.plan.waits_on_group = True
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state

@@ -145,6 +145,20 @@ def compute_shape(job: TFJob, priority_values: Mapping[str, int]) -> GangShape:
     )
 
 
+def gang_of(job: TFJob, priority_values: Mapping[str, int]) -> tuple[tuple[Problem, ...], GangShape | None]:
+    """(shape_problems, compute_shape or None when a problem blocks the gang) of the job, computed once
+    for its spec and the PriorityClass values (kept in job.derived, and only while the job's replicas
+    and runPolicy are the very objects they were computed from)."""
+    values = tuple(sorted(priority_values.items()))
+    kept = job.derived.get("gang")
+    if kept is not None and kept[0] is job.replicas and kept[1] is job.run_policy and kept[2:4] == (job.name, values):
+        return kept[4], kept[5]
+    problems = tuple(shape_problems(job, priority_values))
+    shape = None if any(p.blocking for p in problems) else compute_shape(job, priority_values)
+    job.derived["gang"] = (job.replicas, job.run_policy, job.name, values, problems, shape)
+    return problems, shape
+
+
 def _bad_quantities(job: TFJob) -> list[Problem]:
     out = []
     for r in job.replicas:

@@ -69,7 +69,8 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     if backend is None:
         return None
     key = served_key(type(backend))
-    if key is not None and key not in (installed or ()) and not await served_group_apis(client, {key: served_keys()[key]}):
+    unlisted = key is not None and key not in (installed or ())
+    if unlisted and not await served_group_apis(client, {key: served_keys()[key]}):
         log.error("the apiserver does not serve %s: %s gangs cannot be created until it does (Kubernetes "
                   "1.37+ with the GenericWorkload feature gate and that API enabled; see `tfop doctor`)",
                   key, backend.name)
