@@ -128,7 +128,8 @@ class Controller:
         if (resource := self.backend.group_resource) is not None:
             # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
-            news, unread = partial(tell_group_news, self.jobs, self.queue.add_soon), partial(group_news_unread, self.jobs)
+            news = partial(tell_group_news, self.jobs, self.queue.add_soon)
+            unread = partial(group_news_unread, self.jobs)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
                                    key_of=owner_key, on_change=news, trim=read, quiet=unread)
         # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
