@@ -847,42 +847,6 @@ def test_a_waiting_gang_reads_its_group_status(desc, phase, reads):
     assert plan.reads_group_status is reads
 
 
-def _waits_on_group_case(desc):
-    """(job, Observed, backend) of a WAITS_ON_GROUP row."""
-    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
-    if desc == "its spent group deleted, to be made anew":
-        job, _ = _running_gang("kubernetes", restart_count=1)
-        going = gang_pods(job, "kubernetes", ps_0=dict(deleting=True), worker_0=dict(deleting=True),
-                          worker_1=dict(deleting=True))
-        return job, Observed(pods=going, services=all_services(job), group=_placed_group(job)), "kubernetes"
-    if desc == "its old group still terminating":
-        group = group_of(_placed_group(job), deleting=True)
-        return job, Observed(services=all_services(job), group=group), "kubernetes"
-    phase = {"no group yet": None, "pods await admission": "Pending"}.get(desc, "Inqueue")
-    pods = {"pods created, none bound": gang_pods(job, phase="Pending"), "all running": gang_pods(job)}.get(desc, [])
-    group = None if phase is None else group_of(desired_group("volcano"), phase=phase)
-    return job, Observed(pods=pods, services=all_services(job), group=group), "volcano"
-
-
-# (what the job waits for, does its next step wait on the group itself?)
-WAITS_ON_GROUP = [
-    ("no group yet", True),  # created in this pass; the pods wait for its admission
-    ("pods await admission", True),
-    ("pods created, none bound", False),  # the group's news only refines why the gang waits
-    ("all running", False),
-    ("its spent group deleted, to be made anew", True),
-    ("its old group still terminating", True),
-]
-
-
-@pytest.mark.parametrize("desc, waits", WAITS_ON_GROUP, ids=[r[0] for r in WAITS_ON_GROUP])
-def test_the_job_says_when_it_waits_on_the_group_itself(desc, waits):
-    """What lets the runtime batch a group's news for longer (runtime.controller.GROUP_BATCH_SECONDS):
-    only a job whose next step needs the group's admission or its deletion is told at once."""
-    job, observed, name = _waits_on_group_case(desc)
-    assert run(job, observed, ctx=ctx(name)).waits_on_group is waits
-
-
 WHOLE_GANG_GONE = ("TFJob ml/tf-job restarts its whole gang because all 3 of its members still running disappeared "
                    "at once (deleted by someone else: preemption of the whole gang, an eviction or a user).")
 

@@ -47,7 +47,6 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
     state = backend.state(view.group or draft.plan.create_group, list(view.all_pods))
     if state.spent:
         draft.delete_group(backend.group_resource.plural)  # created anew once gone, before the pods
-        draft.plan.waits_on_group = True
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state

@@ -79,10 +79,6 @@ class Plan:
     # a change to that status alone (a scheduler counting members as they start) changes nothing a
     # pass decides; the group's spec, owner and deletion, and the pods, still do.
     reads_group_status: bool = False
-    # Whether the job's next step waits on the group itself: its pods on its admission, its new group
-    # on the deletion of the spent one. Any other news of the group only refines what a waiting gang's
-    # status says, which may wait a moment for the rest of the scheduler's writes.
-    waits_on_group: bool = False
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

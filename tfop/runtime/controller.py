@@ -47,10 +47,6 @@ RESYNC_SECONDS = 300.0
 # Running one by one): one pass instead of one per event, for a status that waits a second anyway
 # (holding.PROGRESS_HOLD). The job's own events, and a gang woken for freed room, go at once.
 CHILD_BATCH_SECONDS = 0.2
-# A gang's scheduler writes its group several times as it places and starts the gang (phase, counters);
-# unless the job waits on the group itself (Plan.waits_on_group), that news only refines a waiting
-# gang's status, which is held longer than this anyway (holding.PROGRESS_HOLD): one pass reads it all.
-GROUP_BATCH_SECONDS = 1.0
 
 
 def passed(metrics: Metrics, key: JobKey, outcome: str, took: float) -> None:
@@ -71,14 +67,6 @@ class RetryLater(Exception):
         first = failures[0]
         super().__init__(f"{len(failures)} write(s) failed, first {first.verb} {first.label}: "
                          f"{first.code} {first.message}")
-
-
-def tell_group_news(jobs: Mapping[JobKey, JobRecord], add_soon: Callable[..., None], key: JobKey) -> None:
-    """A pass for news of a job's group: soon when the job waits on the group itself, else with the rest
-    of its scheduler's writes."""
-    record = jobs.get(key)
-    urgent = record is None or record.waits_on_group
-    add_soon(key, delay=CHILD_BATCH_SECONDS if urgent else GROUP_BATCH_SECONDS)
 
 
 def wake_waiting_gangs(jobs: Mapping[JobKey, JobRecord], wake: Callable[[JobKey], None]) -> None:
@@ -128,10 +116,9 @@ class Controller:
         if (resource := self.backend.group_resource) is not None:
             # Every group of the namespaces: upstream's carry no label, and tfop may take over their jobs.
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
-            news = partial(tell_group_news, self.jobs, self.queue.add_soon)
-            unread = partial(group_news_unread, self.jobs)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
-                                   key_of=owner_key, on_change=news, trim=read, quiet=unread)
+                                   key_of=owner_key, on_change=child_changed, trim=read,
+                                   quiet=partial(group_news_unread, self.jobs))
         # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass")
         self.informers += [informer for informer in (self.groups, self.priorities) if informer is not None]
@@ -240,7 +227,7 @@ class Controller:
         now = datetime.now(timezone.utc)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
                          normalized.problems, normalized.notes)
-        record.reads_group_status, record.waits_on_group = plan.reads_group_status, plan.waits_on_group
+        record.reads_group_status = plan.reads_group_status
         failures = await self.applier.write_objects(record, plan)
         retry = needs_retry(failures, plan)
         if plan.create_group is not None or plan.create:  # what blocked this try, for the next pass to say

@@ -54,8 +54,6 @@ class JobRecord:
     refused_at: datetime | None = None
     # The last pass's Plan.reads_group_status; until a pass says otherwise, every change is looked at.
     reads_group_status: bool = True
-    # The last pass's Plan.waits_on_group: news of the group then goes to a pass at once.
-    waits_on_group: bool = True
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
     # job's pods, and the job itself changes far less often than its status (nearly every pass).
     _unstated: tuple[dict, Unstated] | None = field(default=None, repr=False)
