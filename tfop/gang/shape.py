@@ -147,16 +147,16 @@ def compute_shape(job: TFJob, priority_values: Mapping[str, int]) -> GangShape:
 
 def gang_of(job: TFJob, priority_values: Mapping[str, int]) -> tuple[tuple[Problem, ...], GangShape | None]:
     """(shape_problems, compute_shape or None when a problem blocks the gang) of the job, computed once
-    for its spec and the PriorityClass values (kept in job.derived, and only while the job's replicas
-    and runPolicy are the very objects they were computed from)."""
-    values = tuple(sorted(priority_values.items()))
+    for its spec and the PriorityClass values (kept in job.derived, reused while the replicas, runPolicy,
+    name and values it was made from are the same: the same objects, between passes)."""
+    source = (job.replicas, job.run_policy, job.name, tuple(sorted(priority_values.items())))
     kept = job.derived.get("gang")
-    if kept is not None and kept[0] is job.replicas and kept[1] is job.run_policy and kept[2:4] == (job.name, values):
-        return kept[4], kept[5]
+    if kept is not None and all(a is b or a == b for a, b in zip(kept[0], source)):
+        return kept[1]
     problems = tuple(shape_problems(job, priority_values))
-    shape = None if any(p.blocking for p in problems) else compute_shape(job, priority_values)
-    job.derived["gang"] = (job.replicas, job.run_policy, job.name, values, problems, shape)
-    return problems, shape
+    made = problems, None if any(p.blocking for p in problems) else compute_shape(job, priority_values)
+    job.derived["gang"] = (source, made)
+    return made
 
 
 def _bad_quantities(job: TFJob) -> list[Problem]:
