@@ -15,6 +15,7 @@ import aiohttp
 
 from tfop.api import codec
 from tfop.kube.credentials import Credentials
+from tfop.kube.ticks import next_tick
 
 
 class ApiError(Exception):
@@ -92,8 +93,9 @@ class NotLeading(Exception):
 
 class KubeClient:
     def __init__(self, credentials: Credentials, max_connections: int = 64, user_agent: str = "tfop",
-                 write_gate: Callable[[], bool] | None = None):
+                 write_gate: Callable[[], bool] | None = None, watch_pace: float = 0.0):
         self.credentials = credentials
+        self.watch_pace = watch_pace  # seconds between a watch's reads of its socket (let_gather); 0: as data comes
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._max_connections = max_connections
@@ -276,6 +278,8 @@ class KubeClient:
                 for line in lines:
                     if line.strip():
                         yield codec.loads(line)
+                if self.watch_pace:
+                    await let_gather(response, self.watch_pace)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:
@@ -286,6 +290,28 @@ class KubeClient:
     async def patch_event(self, namespace: str, name: str, count: int, now: str) -> dict | None:
         """Count a repeat on a posted Event; None when it is gone (Events expire after an hour)."""
         return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})
+
+
+async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
+    """Leave a response's socket unread until the next multiple of `pace` on the loop's clock
+    (tfop.kube.ticks): what arrives meanwhile waits in the kernel and is read in one go, instead of
+    waking the process once per event. Under TLS the socket itself is held too (a read buffer limit
+    of 0), not only the decrypted stream."""
+    transport = response.connection.transport if response.connection is not None else None
+    if transport is None or transport.is_closing():
+        return
+    limits = getattr(transport, "set_read_buffer_limits", None)
+    transport.pause_reading()
+    if limits is not None:
+        limits(high=0, low=0)
+    try:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(next_tick(pace, loop.time()) - loop.time())
+    finally:
+        if not transport.is_closing():
+            if limits is not None:
+                limits()
+            transport.resume_reading()
 
 
 def event_object(involved: Mapping[str, Any], etype: str, reason: str, message: str, now: str,

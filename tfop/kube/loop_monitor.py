@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tfop.kube.ticks import GRID, next_tick
+
 log = logging.getLogger("tfop.loop")
 
-INTERVAL = 0.02  # seconds between wake-ups: finer than the stalls worth reporting, cheap (50 a second)
+# Seconds between wake-ups, on the loop's grid (tfop.kube.ticks): finer than the stalls worth reporting,
+# cheap (50 a second), and the points the work queue's delayed passes fire on, in the same wake-ups.
+INTERVAL = GRID
 THRESHOLD = 0.1  # a stall longer than this is a warning; a pass is meant to hold the loop ~50 ms at most
 WINDOW = 5.0  # seconds summed up in one line about the longest stall
 REPORTED = 0.01  # a window whose longest stall is shorter says nothing
@@ -28,8 +32,8 @@ class LoopMonitor:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            due = loop.time() + self.interval
-            await asyncio.sleep(self.interval)
+            due = next_tick(self.interval, loop.time())
+            await asyncio.sleep(due - loop.time())
             self.observe(loop.time() - due, loop.time())
 
     def observe(self, stall: float, now: float) -> None:

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Awaitable, Callable, Hashable
 
+from tfop.kube.ticks import on_grid
+
 log = logging.getLogger("tfop.queue")
 
 
@@ -23,8 +25,11 @@ MAX_DOUBLINGS = 20
 class WorkQueue:
     def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
-                 on_retry: Callable[[], None] | None = None):
+                 on_retry: Callable[[], None] | None = None, grid: float = 0.0):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
+        # Delayed adds end on this grid (tfop.kube.ticks), up to `grid` seconds late: with the loop
+        # monitor's, they wake the process together with its tick. 0: exactly when asked.
+        self.grid = grid
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
         self._added: dict = {}  # key -> monotonic time it was queued
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -56,6 +61,8 @@ class WorkQueue:
         """Reconcile `key` again in `delay` seconds (the earliest request wins)."""
         loop = asyncio.get_running_loop()
         when = loop.time() + delay
+        if self.grid:
+            when = on_grid(self.grid, when)
         timer = self._timers.get(key)
         if timer is not None and not timer.cancelled() and timer.when() <= when:
             return

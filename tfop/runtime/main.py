@@ -35,6 +35,9 @@ IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
 STARTUP_TIMEOUT_SECONDS = 30.0
 YOUNG_COLLECTION_ALLOCATIONS = 10_000
+# Watch events are read at most this late (KubeClient.watch_pace): a child's event waits 0.2 s for
+# its burst anyway (controller.CHILD_BATCH_SECONDS), and a burst is read in a few wake-ups, not one each.
+WATCH_PACE_SECONDS = 0.1
 
 
 log = logging.getLogger("tfop")
@@ -178,7 +181,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
     credentials = Credentials.load(kubeconfig)
     identity = replica_identity()
     async with KubeClient(credentials, max_connections=settings.max_concurrent_requests,
-                          user_agent=f"tfop/{__version__} ({identity})") as client:
+                          user_agent=f"tfop/{__version__} ({identity})", watch_pace=WATCH_PACE_SECONDS) as client:
         elector = None
         if settings.leader_elect:
             timing = LeaseTiming(settings.leader_elect_lease_duration, settings.leader_elect_renew_deadline,
