@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import (PLURALS, Admin, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd, component_cpu,
-                           free_port, operator_metrics, operator_passes, operator_requests, other_writes, own_requests,
-                           per_job, proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner, submit_raw,
-                           submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
+from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
+                           component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
+                           own_requests, per_job, proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner,
+                           submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -148,6 +148,7 @@ class Bench:
 
     def __init__(self, cluster: Cluster, args):
         self.cluster, self.args = cluster, args
+        self.beside_sent: int | None = None  # the last row's writes beside it (--beside-writes)
         self.replicas = parse_replicas(args.replicas)
         self.pods_per_job = sum(self.replicas.values())
         self.ctx = render_context(args.gang)
@@ -231,6 +232,8 @@ class Bench:
             clock, census = self.clocks(admin.client, ns, len(jobs))
             w = await self.burst(admin, label, ns, jobs, rendered, operator, census)
             result = figures(label, ns, len(jobs), self.pods_per_job, clock, census, w)
+            if self.beside_sent is not None:
+                result["beside_writes"] = self.beside_sent
             if label == "tfop":  # from its start to the idle wait's end: every job's passes, resyncs too
                 text = operator_metrics(self.metrics_port)
                 result["passes_per_job"] = None if text is None else operator_passes(text) / len(jobs)
@@ -268,6 +271,10 @@ class Bench:
         tasks = await census.start()
         pprof = ControlPlaneProfile(self.cluster, self.log_dir, ns).start() if self.args.pprof else None
         m0, op0, throttle0 = await admin.metrics(), proc_stats(pid) if pid else None, scheduler_throttle(self.cluster)
+        beside = None
+        if self.args.beside_writes:
+            beside = BesideWrites(admin.client, f"{ns}-beside", self.args.beside_writes)
+            await beside.start()
         cpu0 = component_cpu(self.cluster)
         t0 = time.monotonic()
         raw_cpu = None
@@ -282,9 +289,12 @@ class Bench:
         if not timed_out:  # every pod runs: the services and groups are due by now (objects_s None if not)
             await until(census.complete, 60)
         end = max((t for _, t in clock.running.values()), default=time.monotonic())
+        if beside is not None:
+            await beside.stop()
         await stop(tasks)
         self.row_profiles = await pprof.stop() if pprof else {}
         last, m1, idle = await admin.wait_idle(quiet=2.0, timeout=self.settle_timeout, since=end)
+        self.beside_sent = beside.sent if beside is not None else None
         w = Window(t0, submitted, end, last, idle, timed_out, sent, m0, m1, cpu0, component_cpu(self.cluster),
                    throttle0, scheduler_throttle(self.cluster), op0, proc_stats(pid) if pid else None, raw_cpu,
                    time.monotonic())
@@ -625,6 +635,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pprof", action="store_true",
                     help="CPU profiles of the apiserver, controller manager and scheduler over each row's burst "
                          "(logs/pprof-*.pb.gz) and the seconds of named parts in the results (e2e/pprof.py)")
+    ap.add_argument("--beside-writes", type=float, default=0, metavar="N",
+                    help="N ConfigMap writes a second in a namespace of their own from each row's start until every "
+                         "pod runs: control-plane work tfop never sees, to compare rows at equal machine load")
     ap.add_argument("--name", help="result file stem (default bench-J<jobs>-<gang>, bench-single<N>-<gang>)")
     return ap.parse_args(argv)
 

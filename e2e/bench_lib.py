@@ -314,6 +314,43 @@ async def until(predicate, timeout: float, poll: float = 0.02) -> bool:
 
 # -- submitters -------------------------------------------------------------------------------
 
+class BesideWrites:
+    """`rate` merge patches a second on ConfigMaps of a namespace of its own, while running: work for the
+    apiserver and etcd that tfop never sees, to run a row on a control plane as busy as another row's."""
+
+    OBJECTS = 50
+
+    def __init__(self, client: KubeClient, namespace: str, rate: float):
+        self.client, self.namespace, self.rate = client, namespace, rate
+        self.sent = 0
+        self._task: asyncio.Task | None = None
+        self._pending: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        await self.client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}},
+                                 "namespaces")
+        for i in range(self.OBJECTS):
+            await self.client.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"n": "0"},
+                                      "metadata": {"name": f"load-{i}", "namespace": self.namespace}}, "configmaps")
+        self._task = asyncio.create_task(self._write())
+
+    async def _write(self) -> None:
+        began = time.monotonic()
+        while True:
+            await asyncio.sleep(max(0.0, began + self.sent / self.rate - time.monotonic()))
+            n = self.sent
+            patch = {"data": {"n": str(n)}, "metadata": {"labels": {"n": str(n)}}}
+            task = asyncio.create_task(self.client.merge_patch("v1", "configmaps", self.namespace,
+                                                               f"load-{n % self.OBJECTS}", patch))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+            self.sent += 1
+
+    async def stop(self) -> None:
+        await stop([t for t in (self._task, *self._pending) if t is not None])
+        await self.client.delete("v1", "namespaces", None, self.namespace)
+
+
 async def submit_tfjobs(client: KubeClient, jobs: list[dict], limit: int = 128) -> dict[str, float]:
     """Create every TFJob at once; returns job name -> monotonic time its POST was sent."""
     sent: dict[str, float] = {}
