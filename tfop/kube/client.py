@@ -296,8 +296,8 @@ async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
     """Leave a response's socket unread until the next multiple of `pace` on the loop's clock
     (tfop.kube.ticks): what arrives meanwhile waits in the kernel and is read in one go, instead of
     waking the process once per event. Under TLS the socket itself is held too (a read buffer limit
-    of 0), not only the decrypted stream. In the operator (e2e/BENCHMARK.md round 18, J=400 gang off,
-    with the tick grid): 15 watch reads a job -> 2.3, 24 wake-ups -> 13, 16.9 ms of CPU a job -> 13.4."""
+    of 0), not only the decrypted stream. Measured in the operator with the tick grid (J=400 gang off,
+    e2e/BENCHMARK.md): 15 watch reads a job -> 2.3, 24 wake-ups -> 13, 16.9 ms of CPU a job -> 13.4."""
     transport = response.connection.transport if response.connection is not None else None
     if transport is None or transport.is_closing():
         return
