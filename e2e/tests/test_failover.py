@@ -7,6 +7,7 @@ tells which replica made each request. Jobs are small gangs on Volcano.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import sys
@@ -24,6 +25,10 @@ from e2e.cluster import free_port
 from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
 from e2e.tests.audit_helpers import CREDENTIAL_ID, credential_id
 from e2e.tests.lifecycle_helpers import operator as make_operator
+from tfop.kube.client import KubeClient
+from tfop.kube.credentials import Credentials
+from tfop.kube.leader import LeaderElector
+from tfop.kube.lease import LEASE_API, LEASE_PLURAL, LeaseTiming
 from tfop.tools import rbac
 
 pytestmark = pytest.mark.cluster
@@ -337,3 +342,35 @@ def crash_operator(env: Env, credentials: list[str]):
     op = audited_operator(env, [])
     credentials.append(op.credential)
     return op
+
+
+async def stop_during_a_renewal(kubeconfig: str, namespace: str) -> tuple[list, dict | None]:
+    """Lead, then stop while a renewal reads the Lease; (what that read answered, the Lease after
+    the release)."""
+    async with KubeClient(Credentials.load(kubeconfig)) as client:
+        elector = LeaderElector(client, namespace, "stop-mid-renewal", "replica-a",
+                                LeaseTiming(lease_duration=6, renew_deadline=4, retry_period=0.2))
+        electing = asyncio.create_task(elector.run())
+        await asyncio.wait_for(elector.leading.wait(), 10)
+        reading, answered, read = asyncio.Event(), [], client.get
+
+        async def get_slowly(*args, **kwargs):
+            reading.set()
+            await asyncio.sleep(0.5)  # the stop comes in here, while the renewal is under way
+            answered.append(await read(*args, **kwargs))
+            return answered[-1]
+        client.get = get_slowly
+        await asyncio.wait_for(reading.wait(), 5)
+        elector.stop()
+        await asyncio.wait_for(electing, 5)  # returns (no LeadershipLost), once the renewal is done
+        client.get = read
+        assert await elector.release()
+        return answered, await client.get(LEASE_API, LEASE_PLURAL, namespace, "stop-mid-renewal")
+
+
+def test_a_stop_finishes_the_renewal_under_way_then_releases(cluster, namespace):
+    """A Lease request cut off mid-way is a 'context canceled' error in the apiserver's log and leaves
+    the replica unsure whether it renewed; a clean stop lets it finish, then hands the Lease over."""
+    answered, after = asyncio.run(stop_during_a_renewal(str(cluster.kubeconfig), namespace))
+    assert len(answered) == 1 and answered[0]["spec"]["holderIdentity"] == "replica-a", answered
+    assert not after["spec"].get("holderIdentity"), after["spec"]

@@ -3,8 +3,8 @@
 One replica reconciles; the others keep their caches warm and try for the Lease every retry
 period. The leader renews every retry period; when it has not renewed within the renew
 deadline it stops writing (KubeClient's write gate asks `may_write`) and `run` raises
-LeadershipLost, so the process exits and comes back as a standby. `release` hands the Lease
-over at once on a clean stop.
+LeadershipLost, so the process exits and comes back as a standby. On a clean stop, `stop` ends
+`run` between attempts and `release` hands the Lease over at once.
 """
 from __future__ import annotations
 
@@ -41,21 +41,27 @@ class LeaderElector:
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
         self._lease: dict | None = None  # the Lease as last read or written (for its resourceVersion)
+        self._stopping = asyncio.Event()
 
     def may_write(self) -> bool:
         return lease.may_write(self._renewed_at, self.clock(), self.timing)
 
+    def stop(self) -> None:
+        """Ask `run` to return before its next attempt. An attempt under way is finished, not cut off:
+        a request cancelled mid-way is an error in the apiserver's log and leaves the Lease unknown."""
+        self._stopping.set()
+
     async def run(self) -> None:
-        """Wait to lead, then renew until that fails; never returns normally."""
+        """Wait to lead, then renew until that fails; returns only once `stop` is asked."""
         log.info("waiting to lead: Lease %s/%s, identity %s", self.namespace, self.name, self.identity)
         while not await self._try():
             # Spread below the period, not above (client-go's way): a released Lease is taken within 2 s.
-            await asyncio.sleep(self.timing.retry_period * (1 - lease.RETRY_JITTER * random.random()))
+            if await self._rest(self.timing.retry_period * (1 - lease.RETRY_JITTER * random.random())):
+                return
         log.info("leading: acquired Lease %s/%s (transitions %d)", self.namespace, self.name,
                  self._observed.transitions if self._observed else 0)
         self.leading.set()
-        while True:
-            await asyncio.sleep(self.timing.retry_period)
+        while not await self._rest(self.timing.retry_period):
             renewed = await self._try()
             if self._observed is not None and self._observed.holder != self.identity:
                 self.leading.clear()
@@ -65,6 +71,14 @@ class LeaderElector:
                 self.leading.clear()
                 raise LeadershipLost(f"could not renew Lease {self.namespace}/{self.name} within "
                                      f"{self.timing.renew_deadline:g}s; stopped writing")
+
+    async def _rest(self, seconds: float) -> bool:
+        """Wait `seconds`; True when `stop` was asked meanwhile (or before)."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def _try(self) -> bool:
         """One attempt to acquire or renew; True when we hold the Lease now."""

@@ -169,8 +169,11 @@ class Operator:
                 log.info("wrote %d held job statuses before stopping", written)
         except asyncio.TimeoutError:
             log.warning("held job statuses not all written within 3 s of stopping; the next leader recomputes them")
-        await stop_all([self.vital.get("leader election")])
-        if self.elector is not None:
+        electing = self.vital.get("leader election")
+        if self.elector is not None and electing is not None:
+            self.elector.stop()  # lets a Lease request under way finish; each is bounded by the renew deadline
+            await asyncio.wait([electing], timeout=self.elector.timing.renew_deadline)
+            await stop_all([electing])
             await self.elector.release()
         await stop_all(self.vital.values())
 
