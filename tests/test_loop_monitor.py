@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tfop.kube.loop_monitor import LoopMonitor
+from tfop.kube.workqueue import WorkQueue
 
 
 def test_a_blocked_loop_is_measured_and_logged(caplog):
@@ -64,3 +65,40 @@ def test_what_is_logged(caplog, desc, stalls, expected):
             monitor.observe(stall, now)
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == expected
     assert monitor.longest == max(s for s, _ in stalls)
+
+
+def test_following_an_idle_queue_it_ticks_on_the_idle_interval():
+    async def main():
+        monitor = LoopMonitor(interval=0.01, idle_interval=0.1)
+        monitor.follow(WorkQueue(lambda key: asyncio.sleep(0), workers=1))
+        ticks = []
+        monitor.observe = lambda stall, now: ticks.append(now)
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.55)
+        task.cancel()
+        return ticks
+
+    ticks = asyncio.run(main())
+    assert 4 <= len(ticks) <= 6, ticks  # 5 idle ticks in 0.55 s, not 55 fine ones
+
+
+def test_work_queued_while_idle_arms_a_fine_tick_that_measures_its_stall():
+    async def main():
+        monitor = LoopMonitor(interval=0.01, idle_interval=1.0, threshold=0.1, window=5.0)
+        queue = WorkQueue(stall, workers=1)
+        monitor.follow(queue)
+        tasks = [asyncio.create_task(monitor.run()), asyncio.create_task(queue.run())]
+        await asyncio.sleep(0.05)  # the monitor waits for its idle tick, at 1 s
+        queue.add("job")
+        await asyncio.sleep(0.1)  # well before that tick
+        measured = monitor.longest
+        await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        return measured, queue.idle.is_set()
+
+    async def stall(key):
+        time.sleep(0.3)  # a pass computing for 300 ms
+
+    measured, idle_again = asyncio.run(main())
+    assert 0.25 <= measured < 1.0 and idle_again

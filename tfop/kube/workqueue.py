@@ -31,6 +31,7 @@ class WorkQueue:
         # monitor's, they wake the process together with its tick. 0: exactly when asked.
         self.grid = grid
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
+        self.on_busy: Callable[[], None] | None = None  # called when work comes to an idle queue
         self._added: dict = {}  # key -> monotonic time it was queued
         self._queue: asyncio.Queue = asyncio.Queue()
         self._pending: set = set()
@@ -45,6 +46,8 @@ class WorkQueue:
         if key in self._running:
             self._dirty.add(key)
         elif key not in self._pending:
+            if self.on_busy is not None and self.idle.is_set():
+                self.on_busy()
             self._pending.add(key)
             self._added[key] = time.monotonic()
             self.idle.clear()

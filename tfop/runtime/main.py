@@ -25,6 +25,7 @@ from tfop.kube.kubeconfig import StartupError
 from tfop.kube.leader import LeaderElector
 from tfop.kube.lease import LeaseTiming
 from tfop.kube.loop_monitor import LoopMonitor
+from tfop.kube.ticks import PACE
 from tfop.kube.supervisor import first_of, stop_all
 from tfop.runtime import probes
 from tfop.runtime.controller import Controller
@@ -35,9 +36,6 @@ IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
 STARTUP_TIMEOUT_SECONDS = 30.0
 YOUNG_COLLECTION_ALLOCATIONS = 10_000
-# Watch events are read at most this late (KubeClient.watch_pace): a child's event waits 0.2 s for
-# its burst anyway (controller.CHILD_BATCH_SECONDS), and a burst is read in a few wake-ups, not one each.
-WATCH_PACE_SECONDS = 0.1
 
 
 log = logging.getLogger("tfop")
@@ -155,7 +153,9 @@ class Operator:
         self.vital["controller"] = asyncio.create_task(self.controller.run(leading), name="tfop-controller")
         if self.elector is not None:
             self.vital["leader election"] = asyncio.create_task(self.elector.run(), name="tfop-leader-election")
-        self.vital["event-loop monitor"] = asyncio.create_task(LoopMonitor().run(), name="tfop-loop-monitor")
+        monitor = LoopMonitor(idle_interval=PACE)
+        monitor.follow(self.controller.queue)
+        self.vital["event-loop monitor"] = asyncio.create_task(monitor.run(), name="tfop-loop-monitor")
 
     async def stop(self) -> None:
         """A clean stop: no more reconciling, held statuses written, the Lease handed over."""
@@ -184,7 +184,7 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
     credentials = Credentials.load(kubeconfig)
     identity = replica_identity()
     async with KubeClient(credentials, max_connections=settings.max_concurrent_requests,
-                          user_agent=f"tfop/{__version__} ({identity})", watch_pace=WATCH_PACE_SECONDS) as client:
+                          user_agent=f"tfop/{__version__} ({identity})", watch_pace=PACE) as client:
         elector = None
         if settings.leader_elect:
             timing = LeaseTiming(settings.leader_elect_lease_duration, settings.leader_elect_renew_deadline,
