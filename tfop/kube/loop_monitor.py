@@ -6,8 +6,9 @@ operator logs a warning for each stall over a threshold, and every few seconds t
 of that window and since the start (when it is worth a line), which tests read from its log.
 
 Stalls come from work: a monitor that follows the work queue ticks finely while a pass is queued or
-running and is armed the moment one is queued; with nothing to do it ticks on the idle interval,
-whose points are those the paced watches read on, so an idle operator is not woken 50 times a second.
+running and is armed the moment one is queued (a delayed pass too); with nothing to do it ticks on
+the idle interval, whose points are those the paced watches read on, so an idle operator is not
+woken 50 times a second.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tfop.kube.workqueue import WorkQueue
 log = logging.getLogger("tfop.loop")
 
 # Seconds between wake-ups while work is queued or running (tfop.kube.ticks): finer than the stalls
-# worth reporting; and while none is, on the points where paced watches read and delayed passes fire.
+# worth reporting, and the points delayed passes fire on; while none is, the points paced watches read on.
 INTERVAL = GRID
 IDLE_INTERVAL = PACE
 THRESHOLD = 0.1  # a stall longer than this is a warning; a pass is meant to hold the loop ~50 ms at most

@@ -29,7 +29,7 @@ from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
 from tfop.kube.informer import Informer
-from tfop.kube.ticks import PACE
+from tfop.kube.ticks import GRID
 from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
@@ -45,11 +45,9 @@ OUR_MANAGERS = ("", "kubeflow.org/training-operator", "tfop")
 # longer, passing over thousands of running jobs for nothing (e2e/BENCHMARK.md).
 RESYNC_SECONDS = 300.0
 # A child's event waits this long for the rest of its burst (a gang bound in one cycle, its pods then
-# Running one by one), then until the queue's next tick (ticks.PACE; watches are read on the same
-# ticks, so the pass comes 0.1-0.2 s after the event): one pass instead of one per event, for a
-# status that waits a second anyway (holding.PROGRESS_HOLD). The job's own events, and a gang
-# woken for freed room, go at once.
-CHILD_BATCH_SECONDS = 0.1
+# Running one by one): one pass instead of one per event, for a status that waits a second anyway
+# (holding.PROGRESS_HOLD). The job's own events, and a gang woken for freed room, go at once.
+CHILD_BATCH_SECONDS = 0.2
 
 
 def passed(metrics: Metrics, key: JobKey, outcome: str, took: float) -> None:
@@ -87,7 +85,7 @@ class Controller:
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, JobRecord] = {}
         # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
-        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests, grid=PACE,
+        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests, grid=GRID,
                                on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
         self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
         self.synced, self.watches = asyncio.Event(), {}  # watches: name -> its informer's task
