@@ -39,7 +39,7 @@ def host_state() -> dict[str, set[str]]:
                             for tool in ("iptables", "ip6tables") for table in ("filter", "nat", "mangle")
                             for line in _run(tool, "-w", "-t", table, "-S").stdout.splitlines()
                             if line.startswith("-N ")},
-        "cgroups": {str(p) for p in CGROUP_FS.rglob("*") if p.is_dir()},
+        "cgroups": {str(p) for p in CGROUP_FS.rglob("*") if p.is_dir() and not _beside_this_process(p)},
         "sysctls": {f"{k}={(Path('/proc/sys') / k).read_text().strip()}" for k in realnode.KUBELET_SYSCTLS},
         "files": {str(f) for d in (realnode.PATHS.root, realnode.CONTAINERD_FIXED_STATE, Path("/var/log/containers"))
                   if d.exists() for f in (d, *d.rglob("*"))},
@@ -51,6 +51,21 @@ def assert_as_before(before: dict[str, set[str]]) -> None:
     diff = {kind: {"left": sorted(after[kind] - before[kind]), "gone": sorted(before[kind] - after[kind])}
             for kind in before if after[kind] != before[kind]}
     assert not diff, json.dumps(diff, indent=1)
+
+
+def _beside_this_process(cgroup: Path) -> bool:
+    """A cgroup beside this process's own, below the root: where whatever runs commands on this machine
+    (the CI runner, a shell tool) puts each other command it runs. Those come and go with the other
+    commands, never with the node, which makes its cgroups at the root (kubepods) or in its own."""
+    inside = "/" + "/".join(cgroup.relative_to(CGROUP_FS).parts[1:])  # below a v1 hierarchy's mount
+    if (CGROUP_FS / "cgroup.controllers").exists():  # v2: one hierarchy, mounted at CGROUP_FS itself
+        inside = "/" + "/".join(cgroup.relative_to(CGROUP_FS).parts)
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        own = line.split(":", 2)[2]
+        parent = own.rsplit("/", 1)[0]
+        if parent and inside.startswith(parent + "/") and not (inside + "/").startswith(own + "/"):
+            return True
+    return False
 
 
 def _commands() -> list[str]:

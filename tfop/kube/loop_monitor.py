@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
-
 from tfop.kube.ticks import GRID, PACE, next_tick
 from tfop.kube.workqueue import WorkQueue
 
@@ -37,15 +35,18 @@ class LoopMonitor:
         self.longest = 0.0  # seconds: the longest stall since the start
         self.window_longest = 0.0  # and in the current window
         self.window_end: float | None = None
-        self.busy: Callable[[], bool] = lambda: True  # fine ticks unless following a queue
+        self.queue: WorkQueue | None = None  # the queue followed: fine ticks only while it has work
         self._due = 0.0  # loop time of the tick waited for
         self._tick: asyncio.TimerHandle | None = None
         self._woken: asyncio.Future | None = None
 
     def follow(self, queue: WorkQueue) -> None:
         """Tick finely only while `queue` has work; armed by it when work comes."""
-        self.busy = lambda: not queue.idle.is_set()
+        self.queue = queue
         queue.on_busy = self.arm
+
+    def busy(self) -> bool:
+        return self.queue is None or not self.queue.idle.is_set()
 
     def arm(self) -> None:
         """Work is coming: wake at the next fine tick, not the idle one, so that its stall is measured."""
@@ -63,7 +64,7 @@ class LoopMonitor:
             self._wait_until(loop, next_tick(self.interval if self.busy() else self.idle_interval, loop.time()))
             try:
                 await self._woken
-            finally:
+            finally:  # a stopped monitor leaves no timer behind
                 self._tick.cancel()
             self.observe(loop.time() - self._due, loop.time())
 

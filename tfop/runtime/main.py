@@ -153,7 +153,7 @@ class Operator:
         self.vital["controller"] = asyncio.create_task(self.controller.run(leading), name="tfop-controller")
         if self.elector is not None:
             self.vital["leader election"] = asyncio.create_task(self.elector.run(), name="tfop-leader-election")
-        monitor = LoopMonitor(idle_interval=PACE)
+        monitor = LoopMonitor()
         monitor.follow(self.controller.queue)
         self.vital["event-loop monitor"] = asyncio.create_task(monitor.run(), name="tfop-loop-monitor")
 
