@@ -53,3 +53,21 @@ def test_a_new_status_alone_normalizes_only_the_status(monkeypatch):
     assert again.job.status["conditions"][0]["type"] == "Created"
     assert [p.field for p in again.problems] == ["status.restartCount"]
     assert (again.job.replicas, again.notes) == (first.job.replicas, first.notes)
+
+
+def test_a_status_write_s_managed_fields_entry_keeps_the_job(monkeypatch):
+    """The first status write adds a managedFields entry of the status subresource: not a new job (nor a
+    new gang shape, kept in job.derived); an entry of the job itself, another author, is."""
+    made, normalize_unstated = [], jobs.normalize_unstated
+    monkeypatch.setattr(jobs, "normalize_unstated", lambda source: made.append(1) or normalize_unstated(source))
+    created = {"manager": "kubectl", "apiVersion": "kubeflow.org/v1"}
+    record = JobRecord(body=job())
+    record.body["metadata"]["managedFields"] = [created]
+    first = record.normalized()
+    record.body = job(rv="2")
+    record.body["metadata"]["managedFields"] = [created, {"manager": "tfop", "apiVersion": "kubeflow.org/v1",
+                                                          "subresource": "status"}]
+    assert record.normalized() is first and len(made) == 1
+    record.body = job(rv="3")
+    record.body["metadata"]["managedFields"] = [created, {"manager": "kubectl", "apiVersion": "kubeflow.org/v1beta1"}]
+    assert record.normalized() is not first and len(made) == 2

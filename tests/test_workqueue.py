@@ -82,3 +82,53 @@ def test_a_burst_of_child_events_is_one_pass_and_a_queued_job_is_not_delayed():
     asyncio.run(main())
     assert [key for key, _ in calls] == ["now", "burst"]
     assert calls[1][1] >= 0.2  # from the first event of the burst
+
+
+def test_a_drain_lets_the_pass_under_way_end_and_starts_no_other():
+    """A stop drains the queue first: a pass cut off mid-request leaves a dropped request behind."""
+    ended, started = [], []
+
+    async def main():
+        async def handler(key):
+            started.append(key)
+            await asyncio.sleep(0.2)  # a request under way
+            ended.append(key)
+        queue = WorkQueue(handler, workers=1)
+        queue.add("first")
+        queue.add("second")  # queued behind it, with the only worker busy
+        runner = asyncio.create_task(queue.run())
+        await asyncio.sleep(0.05)
+        drained = await queue.drain(timeout=2.0)
+        queue.add("third")  # an event after the stop began
+        await asyncio.sleep(0.1)
+        runner.cancel()
+        return drained
+
+    assert asyncio.run(main()) is True
+    assert started == ended == ["first"]
+
+
+def test_a_drain_gives_up_after_its_timeout():
+    async def main():
+        async def handler(key):
+            await asyncio.sleep(10)
+        queue = WorkQueue(handler, workers=1)
+        queue.add("stuck")
+        runner = asyncio.create_task(queue.run())
+        await asyncio.sleep(0.05)
+        began = asyncio.get_running_loop().time()
+        drained = await queue.drain(timeout=0.2)
+        took = asyncio.get_running_loop().time() - began
+        runner.cancel()
+        return drained, took
+
+    drained, took = asyncio.run(main())
+    assert drained is False and 0.2 <= took < 1.0
+
+
+def test_a_drain_with_nothing_running_returns_at_once():
+    async def main():
+        queue = WorkQueue(lambda key: asyncio.sleep(0), workers=1)
+        return await asyncio.wait_for(queue.drain(timeout=5.0), 0.5)
+
+    assert asyncio.run(main()) is True

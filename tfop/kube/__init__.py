@@ -8,7 +8,8 @@ What to use (each piece is tested alone; tfop.runtime wires them to the training
   one loader every tfop command uses; ``ConfigError`` and ``StartupError`` say why not, in one line.
 - ``informer.Informer``: list and watch one kind, keep trimmed copies that only move forward, tell
   changes by an owner key; ``versions`` compares resourceVersions.
-- ``workqueue.WorkQueue``: one handler call per key at a time, coalesced, retried with backoff.
+- ``workqueue.WorkQueue``: one handler call per key at a time, coalesced, retried with backoff;
+  ``drain`` on stop lets the calls running end and starts no other.
 - ``leader.LeaderElector`` on a ``coordination.k8s.io`` Lease, with ``lease``'s pure rules.
 - ``events.EventRecorder``: Events posted as client-go posts them, repeats counted, floods dropped.
 - ``health.HttpServer``: /healthz, /readyz and /metrics from named checks.

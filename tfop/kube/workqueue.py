@@ -3,7 +3,8 @@
 Ten pod events for one job while it waits become one reconcile; an event
 that arrives during a reconcile makes it run once more afterwards. Failures
 are retried with a per-job exponential backoff, so one bad job never stalls
-the others.
+the others. A queue drained on stop starts no more passes and lets those
+running end, so that none is cut off in the middle of a request.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class WorkQueue:
         self._timers: dict = {}
         self.idle = asyncio.Event()
         self.idle.set()
+        self._draining = False
+        self._none_running = asyncio.Event()
+        self._none_running.set()
 
     def add(self, key: Hashable) -> None:
         if key in self._running:
@@ -97,6 +101,16 @@ class WorkQueue:
     async def run(self) -> None:
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
+    async def drain(self, timeout: float) -> bool:
+        """Start no more passes and wait up to `timeout` seconds for those running to end (what is
+        queued stays queued); whether they all did."""
+        self._draining = True
+        try:
+            await asyncio.wait_for(self._none_running.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
     def _retry_later(self, key: Hashable) -> None:
         count = self._failures.get(key, 0) + 1
         self._failures[key] = count
@@ -109,8 +123,12 @@ class WorkQueue:
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
+            if self._draining:  # this worker ends; the key stays queued
+                self._queue.put_nowait(key)
+                return
             self._pending.discard(key)
             started = self._running[key] = time.monotonic()
+            self._none_running.clear()
             queued = self._added.pop(key, started)
             if self.on_wait is not None:
                 self.on_wait(started - queued)
@@ -129,5 +147,7 @@ class WorkQueue:
                     self._dirty.discard(key)
                     if not failed:  # a failed pass waits out its backoff, whatever happened meanwhile
                         self.add(key)
-                if not self._pending and not self._running:
-                    self.idle.set()
+                if not self._running:
+                    self._none_running.set()
+                    if not self._pending:
+                        self.idle.set()

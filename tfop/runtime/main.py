@@ -35,6 +35,10 @@ from tfop.runtime.process import build_registry, quiet_kopf_scan_leftovers
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
 STARTUP_TIMEOUT_SECONDS = 30.0
+# A stop waits this long for the passes under way to end, their requests answered (a pass cut off
+# leaves a dropped request in the apiserver's log and its writes to the next leader); with the held
+# statuses' 3 s and the Lease's renew deadline it ends within the 30 s a pod is given to stop.
+DRAIN_SECONDS = 5.0
 YOUNG_COLLECTION_ALLOCATIONS = 10_000
 
 
@@ -162,6 +166,9 @@ class Operator:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        if not await self.controller.queue.drain(DRAIN_SECONDS):
+            log.warning("passes still under way %g s after stopping were cut off; the next leader redoes them",
+                        DRAIN_SECONDS)
         await stop_all([self.vital.get("controller")])
         try:
             written = await self.controller.flush_statuses(timeout=3.0)
