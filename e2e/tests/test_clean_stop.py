@@ -51,6 +51,7 @@ def test_a_stop_lets_the_pass_under_way_finish_its_creates(cluster, kubectl, nam
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
     began, answered = asyncio.run(stop_during_a_create(str(cluster.kubeconfig), namespace))
     assert began and sorted(answered) == sorted(began), (began, answered)
+    names = "jsonpath={.items[*].metadata.name}"
     created = [name for kind in ("pods", "services")
-               for name in kubectl("-n", namespace, "get", kind, "-o", "jsonpath={.items[*].metadata.name}").stdout.split()]
+               for name in kubectl("-n", namespace, "get", kind, "-o", names).stdout.split()]
     assert sorted(created) == sorted(began)
