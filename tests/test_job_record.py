@@ -1,6 +1,7 @@
 """JobRecord.normalized: made once per body and status, never served stale."""
 from tfop.runtime import jobs
 from tfop.runtime.jobs import JobRecord
+from tfop.runtime.trim import trim_job
 
 
 def job(replicas: int = 1, rv: str = "1") -> dict:
@@ -57,17 +58,19 @@ def test_a_new_status_alone_normalizes_only_the_status(monkeypatch):
 
 def test_a_status_write_s_managed_fields_entry_keeps_the_job(monkeypatch):
     """The first status write adds a managedFields entry of the status subresource: not a new job (nor a
-    new gang shape, kept in job.derived); an entry of the job itself, another author, is."""
+    new gang shape, kept in job.derived); an entry of the job itself, another author, is. Both bodies a
+    record holds are trimmed (the informer's and the status write's answer)."""
     made, normalize_unstated = [], jobs.normalize_unstated
     monkeypatch.setattr(jobs, "normalize_unstated", lambda source: made.append(1) or normalize_unstated(source))
     created = {"manager": "kubectl", "apiVersion": "kubeflow.org/v1"}
-    record = JobRecord(body=job())
-    record.body["metadata"]["managedFields"] = [created]
+
+    def trimmed(rv: str, *fields: dict) -> dict:
+        body = job(rv=rv)
+        body["metadata"]["managedFields"] = [created, *fields]
+        return trim_job(body)
+    record = JobRecord(body=trimmed("1"))
     first = record.normalized()
-    record.body = job(rv="2")
-    record.body["metadata"]["managedFields"] = [created, {"manager": "tfop", "apiVersion": "kubeflow.org/v1",
-                                                          "subresource": "status"}]
+    record.body = trimmed("2", {"manager": "tfop", "apiVersion": "kubeflow.org/v1", "subresource": "status"})
     assert record.normalized() is first and len(made) == 1
-    record.body = job(rv="3")
-    record.body["metadata"]["managedFields"] = [created, {"manager": "kubectl", "apiVersion": "kubeflow.org/v1beta1"}]
+    record.body = trimmed("3", {"manager": "kubectl", "apiVersion": "kubeflow.org/v1beta1"})
     assert record.normalized() is not first and len(made) == 2

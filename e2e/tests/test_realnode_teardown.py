@@ -8,6 +8,7 @@ the cluster was SIGKILLed (its components die with it; the pods' shims and mount
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -57,15 +58,17 @@ def _beside_this_process(cgroup: Path) -> bool:
     """A cgroup beside this process's own, below the root: where whatever runs commands on this machine
     (the CI runner, a shell tool) puts each other command it runs. Those come and go with the other
     commands, never with the node, which makes its cgroups at the root (kubepods) or in its own."""
-    inside = "/" + "/".join(cgroup.relative_to(CGROUP_FS).parts[1:])  # below a v1 hierarchy's mount
-    if (CGROUP_FS / "cgroup.controllers").exists():  # v2: one hierarchy, mounted at CGROUP_FS itself
-        inside = "/" + "/".join(cgroup.relative_to(CGROUP_FS).parts)
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        own = line.split(":", 2)[2]
-        parent = own.rsplit("/", 1)[0]
-        if parent and inside.startswith(parent + "/") and not (inside + "/").startswith(own + "/"):
-            return True
-    return False
+    parts = cgroup.relative_to(CGROUP_FS).parts
+    inside = "/" + "/".join(parts if (CGROUP_FS / "cgroup.controllers").exists() else parts[1:])  # v2, v1
+    return any(inside.startswith(parent + "/") and not (inside + "/").startswith(own + "/")
+               for parent, own in _own_cgroups())
+
+
+@functools.cache
+def _own_cgroups() -> tuple[tuple[str, str], ...]:
+    """(parent, own) of this process's cgroup in each hierarchy whose parent is below the root."""
+    owns = [line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()]
+    return tuple((own.rsplit("/", 1)[0], own) for own in owns if own.rsplit("/", 1)[0])
 
 
 def _commands() -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
 from tfop.kube.ticks import GRID, PACE, next_tick
 from tfop.kube.workqueue import WorkQueue
 

@@ -92,14 +92,8 @@ class JobRecord:
         return made[2]
 
     def _normalizing_source(self) -> dict[str, Any]:
-        """The body as normalize_unstated reads it: no status, no resourceVersion, and no managedFields entry
-        of a subresource (authored_version skips them; the first status write adds one, which would make
-        the job, and the gang's shape kept with it, anew for nothing)."""
-        meta = dict(self.body.get("metadata") or {}, resourceVersion="")
-        fields = meta.get("managedFields")
-        if isinstance(fields, list):
-            meta["managedFields"] = [e for e in fields if not (isinstance(e, dict) and e.get("subresource"))]
-        return {k: v for k, v in self.body.items() if k != "status"} | {"metadata": meta}
+        meta = self.body.get("metadata") or {}
+        return {k: v for k, v in self.body.items() if k != "status"} | {"metadata": {**meta, "resourceVersion": ""}}
 
     def hold(self, status: dict, now: float) -> None:
         if self.held is None:

@@ -138,10 +138,12 @@ def keep_whole(obj: Mapping[str, Any]) -> dict:
 
 def trim_job(body: Mapping[str, Any]) -> dict:
     """A TFJob as the controller keeps it: no managedFields fieldsV1 and no last-applied copy of the
-    whole job; the API version they say the job was written in (tfop.api.normalize.authored_version) stays."""
+    whole job; the API version they say the job was written in (tfop.api.normalize.authored_version) stays.
+    Entries of a subresource go (authored_version skips them): the first status write adds one, which
+    would otherwise make the job (and the gang shape kept with it) anew at the next pass."""
     meta = dict(body.get("metadata") or {})
-    meta["managedFields"] = [{k: entry[k] for k in ("manager", "apiVersion", "subresource") if k in entry}
-                             for entry in meta.get("managedFields") or []]
+    meta["managedFields"] = [{k: entry[k] for k in ("manager", "apiVersion") if k in entry}
+                             for entry in meta.get("managedFields") or [] if not entry.get("subresource")]
     annotations = meta.get("annotations")
     if annotations and LAST_APPLIED in annotations:
         try:
