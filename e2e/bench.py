@@ -30,8 +30,9 @@ from pathlib import Path
 from e2e import build
 from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
                            component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
-                           own_requests, per_job, proc_stats, scheduler_clients, scheduler_throttle, stop, strip_owner,
-                           submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
+                           own_requests, per_job, pin, proc_stats, scheduler_clients, scheduler_throttle, split_cpus,
+                           stop, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until,
+                           watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -155,6 +156,7 @@ class Bench:
         self.run_id = time.strftime("%H%M%S")
         self.row_profiles: dict[str, Path] = {}  # --pprof: the last burst's, by component
         self.metrics_port = 0  # the tfop row's operator's
+        self.operator_cpu: int | None = None  # --pin-operator: the CPU each operator started is moved to
         self.log_dir = Path(args.out) / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         jobs = args.single or args.jobs
@@ -214,8 +216,13 @@ class Bench:
             a = self.args
             operator = UpstreamProcess(self.cluster, ns, gang, tuned=label.endswith("tuned"), log_dir=self.log_dir,
                                        threads=a.upstream_threads, qps=a.upstream_qps, burst=a.upstream_burst).start()
+        self.pin(operator)
         await admin.wait_idle(quiet=1.0, timeout=30)
         return operator
+
+    def pin(self, operator) -> None:
+        if self.operator_cpu is not None:
+            pin(operator.process.pid, {self.operator_cpu})
 
     def raw_kubeconfig(self) -> Path:
         # The raw client has the operator's identity (its ServiceAccount): system:masters is never
@@ -232,6 +239,8 @@ class Bench:
             clock, census = self.clocks(admin.client, ns, len(jobs))
             w = await self.burst(admin, label, ns, jobs, rendered, operator, census)
             result = figures(label, ns, len(jobs), self.pods_per_job, clock, census, w)
+            if operator:
+                result["operator_cpus"] = sorted(os.sched_getaffinity(operator.process.pid))
             if self.beside_sent is not None:
                 result["beside_writes"] = self.beside_sent
             if label == "tfop":  # from its start to the idle wait's end: every job's passes, resyncs too
@@ -325,6 +334,7 @@ class Bench:
             operator.start(deploy=False, timeout=self.settle_timeout)
         else:
             operator.start(timeout=self.settle_timeout)
+        self.pin(operator)
         t_ready = time.monotonic()
         last, m3, idle = await admin.wait_idle(quiet=2.0, timeout=self.settle_timeout, since=t_spawn)
         stats = proc_stats(operator.process.pid)
@@ -638,6 +648,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--beside-writes", type=float, default=0, metavar="N",
                     help="N ConfigMap writes a second in a namespace of their own from each row's start until every "
                          "pod runs: control-plane work tfop never sees, to compare rows at equal machine load")
+    ap.add_argument("--pin-operator", action="store_true",
+                    help="each operator alone on the machine's last CPU, the benchmark and the control plane on the "
+                         "others: its CPU a job without waiting for a core beside the control plane (rows run longer)")
     ap.add_argument("--name", help="result file stem (default bench-J<jobs>-<gang>, bench-single<N>-<gang>)")
     return ap.parse_args(argv)
 
@@ -736,13 +749,22 @@ def main(argv: list[str] | None = None) -> int:
     nodes = args.nodes or max(2, math.ceil(pods / 500))
     cluster, created = open_cluster(args, nodes, pods)
     t = time.time()
+    cpus = os.sched_getaffinity(0)
     try:
         bench = (SingleBench if args.single else Bench)(cluster, args)
+        if args.pin_operator:
+            bench.operator_cpu, rest = split_cpus(cpus)
+            for pid in [os.getpid(), *(cluster.state.get("pids") or {}).values()]:
+                pin(pid, rest)
         meta = meta_of(args, argv, t, nodes, bench, cluster)
         results = asyncio.run(bench.run(rows))
     finally:
         if created and not args.dir:
             cluster.down()  # a throw-away cluster goes with us; one in --dir stays for the next run
+        elif args.pin_operator:  # and is left as it was found
+            for pid in (cluster.state.get("pids") or {}).values():
+                pin(pid, cpus)
+        pin(os.getpid(), cpus)
     stem = args.name or (f"bench-single{args.single}-{args.gang}" if args.single else f"bench-J{args.jobs}-{args.gang}")
     write_results(out, stem, meta, results)
     return 0 if not any(r["timed_out"] for r in results) else 2

@@ -478,6 +478,29 @@ def proc_stats(pid: int) -> dict:
     return stats
 
 
+def split_cpus(cpus: set[int]) -> tuple[int, set[int]]:
+    """(the operator's CPU, the others) for --pin-operator: the last one alone, the rest for the
+    benchmark and the control plane."""
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin-operator needs 2 CPUs or more; this process may use {sorted(cpus)}")
+    last = max(cpus)
+    return last, cpus - {last}
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` to `cpus` (a thread started later inherits its starter's); none
+    of a process gone."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return
+    for tid in threads:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+
+
 def proc_cpu(pid: int) -> float | None:
     """CPU seconds (user+system, every thread) of a live process, from /proc; None if it is gone."""
     try:

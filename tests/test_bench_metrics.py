@@ -1,5 +1,8 @@
-"""What e2e.bench reads from the operator's /metrics: passes, and the watches' events and bytes."""
-from e2e.bench_lib import operator_passes, own_requests, watch_received
+"""What e2e.bench reads from the operator's /metrics (passes, the watches' events and bytes), and
+how --pin-operator splits the CPUs."""
+import pytest
+
+from e2e.bench_lib import operator_passes, own_requests, split_cpus, watch_received
 
 TEXT = """# HELP tfop_watch_events_total Watch events received (bookmarks included)
 # TYPE tfop_watch_events_total counter
@@ -29,3 +32,16 @@ def test_own_requests_sum_every_answer_by_verb_and_resource():
             'tfop_api_requests_total{code="429",resource="pods",verb="create"} 3.0\n'
             'tfop_api_requests_total{code="200",resource="tfjobs",verb="patch"} 5.0\n')
     assert own_requests(text) == {"create pods": 2003, "patch tfjobs": 5}
+
+
+@pytest.mark.parametrize("cpus, operator_cpu, rest", [
+    ({0, 1}, 1, {0}),
+    ({0, 2, 5}, 5, {0, 2}),
+])
+def test_pin_operator_gives_the_operator_the_last_cpu_alone(cpus, operator_cpu, rest):
+    assert split_cpus(cpus) == (operator_cpu, rest)
+
+
+def test_pin_operator_refuses_a_single_cpu():
+    with pytest.raises(SystemExit, match="2 CPUs or more"):
+        split_cpus({3})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -13,9 +14,12 @@ pytestmark = pytest.mark.cluster
 def test_bench_smoke(cluster, tmp_path):
     # A cluster of its own: the apiserver's request counters are cluster-wide, and the session
     # cluster is busy deleting other tests' namespaces. (`cluster` only makes sure binaries exist.)
-    rc = bench.main(["--jobs", "3", "--against", "raw,raw-tfjob", "--nodes", "1", "--pprof",
+    cpus = os.sched_getaffinity(0)
+    rc = bench.main(["--jobs", "3", "--against", "raw,raw-tfjob", "--nodes", "1", "--pprof", "--pin-operator",
                      "--out", str(tmp_path), "--timeout", "120", "--name", "smoke"])
     assert rc == 0
+    # --pin-operator: the operator ran alone on the last CPU, and this process has all of its CPUs back
+    assert os.sched_getaffinity(0) == cpus
     data = json.loads((tmp_path / "smoke.json").read_text())
     rows = {r["row"]: r for r in data["rows"]}
     assert set(rows) == {"raw", "raw+tfjob", "tfop"}
@@ -38,6 +42,7 @@ def test_bench_smoke(cluster, tmp_path):
     assert {k: v for k, v in rows["raw+tfjob"]["writes_by"].items() if not k.endswith(" events")} == {
         "POST pods": 15, "POST services": 15, "PATCH tfjobs/status": 6}
     tfop = rows["tfop"]
+    assert tfop["operator_cpus"] == [max(cpus)]
     assert tfop["writes_by"]["POST pods"] == 15 and tfop["writes_by"]["POST services"] == 15
     assert tfop["writes_per_job"] <= objects + 2
     assert tfop["events_per_job"] <= 2
