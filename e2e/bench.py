@@ -4,7 +4,7 @@ client creating the same objects) and the upstream Go training-operator.
 
     python -m e2e.bench [--jobs 400] [--replicas 1ps+4w] [--nodes N]
                         [--gang none|volcano|scheduler-plugins]
-                        [--against raw,upstream] [--out DIR] [--dir CLUSTER_DIR]
+                        [--against raw,upstream] [--out DIR] [--dir CLUSTER_DIR] [--pin-operator]
     python -m e2e.bench --training 10 [--out DIR]   # real TensorFlow on the real node (e2e.bench_training)
 
 Rows, one after another in fresh namespaces of one cluster: raw, tfop,
@@ -216,11 +216,11 @@ class Bench:
             a = self.args
             operator = UpstreamProcess(self.cluster, ns, gang, tuned=label.endswith("tuned"), log_dir=self.log_dir,
                                        threads=a.upstream_threads, qps=a.upstream_qps, burst=a.upstream_burst).start()
-        self.pin(operator)
+        self.pin_operator(operator)
         await admin.wait_idle(quiet=1.0, timeout=30)
         return operator
 
-    def pin(self, operator) -> None:
+    def pin_operator(self, operator) -> None:
         if self.operator_cpu is not None:
             pin(operator.process.pid, {self.operator_cpu})
 
@@ -334,7 +334,7 @@ class Bench:
             operator.start(deploy=False, timeout=self.settle_timeout)
         else:
             operator.start(timeout=self.settle_timeout)
-        self.pin(operator)
+        self.pin_operator(operator)
         t_ready = time.monotonic()
         last, m3, idle = await admin.wait_idle(quiet=2.0, timeout=self.settle_timeout, since=t_spawn)
         stats = proc_stats(operator.process.pid)
@@ -759,12 +759,11 @@ def main(argv: list[str] | None = None) -> int:
         meta = meta_of(args, argv, t, nodes, bench, cluster)
         results = asyncio.run(bench.run(rows))
     finally:
+        if args.pin_operator:  # this process, and a cluster that outlives the run, as they were
+            for pid in [os.getpid(), *(cluster.state.get("pids") or {}).values()]:
+                pin(pid, cpus)
         if created and not args.dir:
             cluster.down()  # a throw-away cluster goes with us; one in --dir stays for the next run
-        elif args.pin_operator:  # and is left as it was found
-            for pid in (cluster.state.get("pids") or {}).values():
-                pin(pid, cpus)
-        pin(os.getpid(), cpus)
     stem = args.name or (f"bench-single{args.single}-{args.gang}" if args.single else f"bench-J{args.jobs}-{args.gang}")
     write_results(out, stem, meta, results)
     return 0 if not any(r["timed_out"] for r in results) else 2
