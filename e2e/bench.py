@@ -750,18 +750,18 @@ def main(argv: list[str] | None = None) -> int:
     cluster, created = open_cluster(args, nodes, pods)
     t = time.time()
     cpus = os.sched_getaffinity(0)
+    pinned = [os.getpid(), *(cluster.state.get("pids") or {}).values()] if args.pin_operator else []
     try:
         bench = (SingleBench if args.single else Bench)(cluster, args)
         if args.pin_operator:
             bench.operator_cpu, rest = split_cpus(cpus)
-            for pid in [os.getpid(), *(cluster.state.get("pids") or {}).values()]:
+            for pid in pinned:
                 pin(pid, rest)
         meta = meta_of(args, argv, t, nodes, bench, cluster)
         results = asyncio.run(bench.run(rows))
     finally:
-        if args.pin_operator:  # this process, and a cluster that outlives the run, as they were
-            for pid in [os.getpid(), *(cluster.state.get("pids") or {}).values()]:
-                pin(pid, cpus)
+        for pid in pinned:  # this process, and a cluster that outlives the run, as they were
+            pin(pid, cpus)
         if created and not args.dir:
             cluster.down()  # a throw-away cluster goes with us; one in --dir stays for the next run
     stem = args.name or (f"bench-single{args.single}-{args.gang}" if args.single else f"bench-J{args.jobs}-{args.gang}")
