@@ -1,10 +1,15 @@
 """The capacity snapshot the runtime hands a waiting gang's pass (tfop/runtime/capacity.py): each node's
 allocatable, and the requests of the pods bound to it, kept as pods come, change and go."""
+import asyncio
+import time
 from fractions import Fraction
+
+import pytest
 
 from tfop.gang.registry import load_backend
 from tfop.kube.client import ApiError, KubeClient
-from tfop.runtime.capacity import ClusterRoom
+from tfop.runtime import capacity
+from tfop.runtime.capacity import ClusterRoom, wake_delay
 
 GPU = "nvidia.com/gpu"
 
@@ -83,6 +88,43 @@ def test_room_freed_wakes_the_waiting_gangs_and_says_when():
     assert len(woken) == 3 and woken[2] >= woken[1] >= woken[0]
     r.nodes.remove(node("a", 6))
     assert len(woken) == 3
+
+
+@pytest.mark.parametrize("now, woken_at, delay", [
+    (100.0, float("-inf"), capacity.WAKE_SECONDS),  # the first room freed: soon
+    (100.0, 90.0, capacity.WAKE_SECONDS),  # long after the last wake: as soon
+    (100.0, 100.0, capacity.WAKE_GAP_SECONDS),  # right after one: a gap's wait
+    (100.0, 99.0, capacity.WAKE_GAP_SECONDS - 1.0),
+    (100.0, 100.0 - capacity.WAKE_GAP_SECONDS + 0.1, capacity.WAKE_SECONDS),  # the gap all but over
+])
+def test_wake_delay(now, woken_at, delay):
+    assert wake_delay(now, woken_at) == pytest.approx(delay)
+
+
+def test_pods_ending_one_after_another_wake_the_gangs_once_per_gap(monkeypatch):
+    """A namespace of bound pods deleted pod by pod (the bench saw 2000 over 80 s woke every waiting gang
+    four times a second): the gangs are woken once per WAKE_GAP_SECONDS, the first time soon."""
+    monkeypatch.setattr(capacity, "WAKE_SECONDS", 0.01)
+    monkeypatch.setattr(capacity, "WAKE_GAP_SECONDS", 0.2)
+
+    async def churn():
+        r = ClusterRoom(KubeClient(None), load_backend("volcano")[0])
+        woken = []
+        r.on_room_grew = lambda: woken.append(time.monotonic())
+        r.nodes.upsert(node("a", 1, gpus=1000))
+        await asyncio.sleep(0.25)  # the gap after that wake is over
+        first = time.monotonic()
+        for rv in range(2, 302, 2):  # a pod bound and gone every 5 ms, for 0.75 s
+            r.pods.upsert(pod(f"p{rv}", rv, "a"))
+            r.pods.remove(pod(f"p{rv}", rv + 1, "a"))
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.25)
+        return first, woken[1:]  # after the node's own wake
+
+    first, woken = asyncio.run(churn())
+    assert woken[0] - first < 0.1
+    assert 3 <= len(woken) <= 5, woken  # 0.75 s of churn: about one wake per 0.2 s, not one per 0.01 s
+    assert all(b - a >= 0.19 for a, b in zip(woken, woken[1:]))
 
 
 def test_unknown_until_listed_and_none_when_refused():

@@ -37,6 +37,9 @@ SNAPSHOT_SECONDS = 2.0  # a snapshot this old is rebuilt when something changed 
 # snapshot built anew for them: a scheduler that retries a rejected gang only when its group changes
 # (tfop.core.gang_step._touch_group) is told then, not at its next periodic touch.
 WAKE_SECONDS = 0.25
+# And at most once per WAKE_GAP_SECONDS: pods ending one after another (a namespace deleted, another
+# team's jobs finishing) would otherwise have every waiting gang pass four times a second.
+WAKE_GAP_SECONDS = SNAPSHOT_SECONDS
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
 
@@ -64,6 +67,11 @@ def usage(pod: Mapping[str, Any], shared: dict[tuple, dict[str, int]]) -> dict:
             shared.clear()
         requests = shared[key] = {intern(k): milli(v, up=True) for k, v in pod_requests(pod).items()}
     return {"nodeName": intern((pod.get("spec") or {}).get("nodeName") or ""), "requests": requests}
+
+
+def wake_delay(now: float, woken_at: float) -> float:
+    """Seconds from room freed `now` to the waiting gangs' wake, given the last wake's time."""
+    return max(WAKE_SECONDS, woken_at + WAKE_GAP_SECONDS - now)
 
 
 class ClusterRoom:
@@ -107,6 +115,7 @@ class ClusterRoom:
         self._grew_at: datetime | None = None  # wall clock: compared with the stamps in objects
         self._nodes_seen: dict[str, dict] = {}  # node name -> what of it makes room (to tell a change)
         self._wake: asyncio.TimerHandle | None = None
+        self._woken_at = float("-inf")  # self.clock() at the last wake
 
     def start(self) -> dict[str, asyncio.Task]:
         """The informers' tasks, vital as the controller's own; a pass never waits for them to fill:
@@ -187,7 +196,7 @@ class ClusterRoom:
         return True
 
     def _grew(self) -> None:
-        """Tell the waiting gangs, once per WAKE_SECONDS however many pods end together."""
+        """Tell the waiting gangs once however many pods end together (wake_delay)."""
         self._grew_at = datetime.now(timezone.utc)
         self._dirty = True
         if self._wake is not None:
@@ -197,10 +206,10 @@ class ClusterRoom:
         except RuntimeError:  # fed outside an event loop (tests): at once
             self._wake_now()
             return
-        self._wake = loop.call_later(WAKE_SECONDS, self._wake_now)
+        self._wake = loop.call_later(wake_delay(self.clock(), self._woken_at), self._wake_now)
 
     def _wake_now(self) -> None:
-        self._wake = None
+        self._wake, self._woken_at = None, self.clock()
         self._built_at = float("-inf")  # the gangs woken read the room as it is now
         self.on_room_grew()
 
