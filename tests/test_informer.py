@@ -437,39 +437,6 @@ def test_our_create_answer_is_kept_without_waking_its_job_and_the_watch_wakes_it
     assert rec.woken == [JOB] and inf.for_key(JOB)[0]["status"]["phase"] == "Running"
 
 
-def test_our_creates_added_before_its_answer_wakes_no_job_as_the_answer_does_not():
-    """On a busy apiserver the watch often brings a create's ADDED before the create's answer (the bench:
-    a third of the pods): it is that answer, and the pass awaiting it settles on it."""
-    rec = Recorder()
-    inf = rec.informer()
-    with inf.creating(NS, "job-worker-1"):
-        watch(inf, "ADDED", pod(rv="7", phase="Pending"))
-        watch(inf, "ADDED", pod("job-worker-0", rv="8", phase="Pending"))  # not ours to create: told
-        inf.upsert(pod(rv="7", phase="Pending"), tell=False)  # the answer
-    assert names(inf) == ["job-worker-0", "job-worker-1"] and rec.woken == [JOB]
-    watch(inf, "MODIFIED", pod(rv="9", phase="Running"))
-    assert rec.woken == [JOB, JOB]
-    watch(inf, "ADDED", pod("job-worker-2", rv="10"))  # no create under way: told
-    assert rec.woken == [JOB, JOB, JOB] and inf._creating == {}
-
-
-def test_a_create_that_failed_after_the_added_came_tells_the_key_after_all():
-    """The name was taken meanwhile (a 409), or the answer was lost: the object the watch brought is not
-    what this create made, and its owner looks at it."""
-    rec = Recorder()
-    inf = rec.informer()
-    with pytest.raises(ApiError):
-        with inf.creating(NS, "job-worker-1"):
-            watch(inf, "ADDED", pod(rv="7"))
-            assert rec.woken == []
-            raise ApiError(409, {"message": "already exists"}, "POST", "pods")
-    assert rec.woken == [JOB]
-    with pytest.raises(ApiError):  # failed before any ADDED: nothing to tell
-        with inf.creating(NS, "job-worker-3"):
-            raise ApiError(500, {"message": "etcd"}, "POST", "pods")
-    assert rec.woken == [JOB] and inf._creating == {}
-
-
 def test_optional_informers_sharing_refusals_say_a_refusal_once_for_all(caplog):
     """Two informers of one purpose (the pods bound to nodes, by two selectors) refused the same list:
     one warning, not one each; a listing that works again lets the next refusal be said."""

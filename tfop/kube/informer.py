@@ -3,9 +3,7 @@
 An informer keeps what `trim` returns of each object (whole by default), indexes
 it under the key `key_of` gives (an owner: the caller decides what that is) and
 calls `on_change(key)` when an object under that key changed in a way the trimmed
-copy shows, unless `quiet(new, before)` says its owner need not look (both trimmed),
-or it is the ADDED of an object being created here (`creating`): that is the
-create's answer, which its creator reads.
+copy shows, unless `quiet(new, before)` says its owner need not look (both trimmed).
 It can also tell every change of every object (`on_event`).
 
 The cache only moves forward: a copy older than the one kept, or than a
@@ -21,8 +19,7 @@ import logging
 import random
 import time
 from collections import deque
-from contextlib import contextmanager
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple
 
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.versions import later, version_of
@@ -41,11 +38,6 @@ MAX_TOMBSTONES = 50_000
 BACKOFF_FIRST, BACKOFF_LONGEST, BACKOFF_JITTER = 0.8, 30.0, 0.2
 HEALTHY_WATCH_SECONDS = 60.0
 SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner, having brought nothing, is relisted after a pause
-
-
-def _name(obj: Mapping[str, Any]) -> Name:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace", ""), meta.get("name", "")
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -171,7 +163,6 @@ class Cache:
         self.objects: dict[Name, dict] = {}
         self.by_key: dict[Key, set[Name]] = {}
         self.tombstones = Tombstones(clock=clock)
-        self._creating: dict[Name, bool] = {}  # our creates awaiting their answer: whether the ADDED came
 
     # -- reads ------------------------------------------------------------------
     def for_key(self, key: Key) -> list[dict]:
@@ -209,21 +200,6 @@ class Cache:
             self.on_event("ADDED" if current is None else "MODIFIED", kept)
         if key and tell and not self.quiet(kept, current):
             self.on_change(key)
-
-    @contextmanager
-    def creating(self, namespace: str, name: str) -> Iterator[None]:
-        """Around our own create of an object: its ADDED, when the watch brings it before the answer, tells
-        no one, as the answer does not; if the create fails, its key is told after all (the object then
-        is someone else's)."""
-        self._creating[(namespace, name)] = False
-        try:
-            yield
-        except BaseException:
-            kept = self.objects.get((namespace, name))
-            if self._creating.pop((namespace, name)) and kept is not None and (key := self.key_of(kept)):
-                self.on_change(key)
-            raise
-        self._creating.pop((namespace, name), None)
 
     def _mark_deleting(self, name: Name, current: dict | None, obj: Mapping[str, Any]) -> None:
         """A copy without a version (see versions.newer()) can tell one thing only: the object we have is being
@@ -280,9 +256,6 @@ class Cache:
         version = version_of(obj) or version
         if kind == "DELETED":
             self.remove(obj)
-        elif kind == "ADDED" and (name := _name(obj)) in self._creating:
-            self._creating[name] = True
-            self.upsert(obj, tell=False)
         elif kind in ("ADDED", "MODIFIED"):
             self.upsert(obj)
         return version  # BOOKMARK: only the version

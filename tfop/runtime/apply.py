@@ -63,17 +63,15 @@ class Applier:
                            for o in objects[done:]]
 
     async def _create(self, obj: dict, informer: Informer) -> FailedWrite | None:
-        meta = obj["metadata"]
         try:
-            with informer.creating(meta["namespace"], meta["name"]):
-                created = await self.call(self.client.create, obj, informer.plural)
+            created = await self.call(self.client.create, obj, informer.plural)
         except Exception as err:  # noqa: BLE001 - reported, the core decides
-            failure = failed_write("create", obj["kind"], meta["name"], err)
+            failure = failed_write("create", obj["kind"], obj["metadata"]["name"], err)
             if failure.code == 409:  # whose is the name? read it back for the core to say
                 failure = replace(failure, holder=await self._holder(obj, informer.plural))
             return failure
-        # No pass for a child's own answer, nor for its ADDED before it: the pass that created it settles
-        # on it (a job with more to create asks for the next pass itself; tests/core_fixtures.assert_settles).
+        # No pass for a child's own answer: the pass that created it settles on it (a job with more to
+        # create asks for the next pass itself; tests/core_fixtures.assert_settles).
         informer.upsert(created, tell=False)
         return None
 
