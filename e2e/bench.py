@@ -30,9 +30,9 @@ from pathlib import Path
 from e2e import build
 from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
                            component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
-                           own_requests, per_job, pin, proc_stats, scheduler_clients, scheduler_throttle, split_cpus,
-                           stop, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs, throttled, until,
-                           watch_received)
+                           own_requests, per_job, pin, proc_stats, rows_in_the_way, scheduler_clients,
+                           scheduler_throttle, split_cpus, stop, strip_owner, submit_raw, submit_raw_threaded,
+                           submit_tfjobs, throttled, until, watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -185,6 +185,12 @@ class Bench:
 
     def new_namespace(self, label: str) -> str:
         ns = f"bench-{re.sub(r'[^a-z0-9]+', '-', label)}-{self.run_id}"
+        listed = self.cluster.kubectl("get", "namespaces", "-o", "jsonpath={.items[*].metadata.name}").stdout
+        others = rows_in_the_way(listed.split(), self.run_id)
+        if others:
+            raise SystemExit(f"[bench] {label}: namespace {', '.join(others)} of another benchmark run is still "
+                             "here (running, or being deleted); a row beside it would measure both: wait, or "
+                             "delete it")
         self.cluster.kubectl("create", "namespace", ns)
         print(f"[bench] {label}: namespace {ns}", flush=True)
         return ns

@@ -478,6 +478,13 @@ def proc_stats(pid: int) -> dict:
     return stats
 
 
+def rows_in_the_way(namespaces: list[str], run_id: str) -> list[str]:
+    """Benchmark namespaces of another run: a benchmark running beside this one on the cluster, or a row
+    whose deletion has not finished. A row beside either measures its work too (the freed pods of a
+    namespace being deleted wake every waiting gang)."""
+    return sorted(ns for ns in namespaces if ns.startswith("bench-") and not ns.endswith(f"-{run_id}"))
+
+
 def split_cpus(cpus: set[int]) -> tuple[int, set[int]]:
     """(the operator's CPU, the others) for --pin-operator: the last one alone, the rest for the
     benchmark and the control plane."""

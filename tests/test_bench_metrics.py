@@ -2,7 +2,7 @@
 how --pin-operator splits the CPUs."""
 import pytest
 
-from e2e.bench_lib import operator_passes, own_requests, split_cpus, watch_received
+from e2e.bench_lib import operator_passes, own_requests, rows_in_the_way, split_cpus, watch_received
 
 TEXT = """# HELP tfop_watch_events_total Watch events received (bookmarks included)
 # TYPE tfop_watch_events_total counter
@@ -45,3 +45,13 @@ def test_pin_operator_gives_the_operator_the_last_cpu_alone(cpus, operator_cpu, 
 def test_pin_operator_refuses_a_single_cpu():
     with pytest.raises(SystemExit, match="2 CPUs or more"):
         split_cpus({3})
+
+
+@pytest.mark.parametrize("namespaces, in_the_way", [
+    (["default", "kube-system", "kubeflow"], []),
+    (["bench-tfop-041437", "bench-none-041437"], []),  # this run's own (kept with --keep)
+    (["bench-tfop-041147", "bench-tfop-041437", "default"], ["bench-tfop-041147"]),  # another run's
+    (["bench-raw-tfjob-040212", "benchmarks"], ["bench-raw-tfjob-040212"]),
+])
+def test_a_row_refuses_to_start_beside_another_runs_namespace(namespaces, in_the_way):
+    assert rows_in_the_way(namespaces, "041437") == in_the_way
