@@ -102,8 +102,8 @@ def test_wake_delay(now, woken_at, delay):
 
 
 def test_pods_ending_one_after_another_wake_the_gangs_once_per_gap(monkeypatch):
-    """A namespace of bound pods deleted pod by pod (the bench saw 2000 over 80 s woke every waiting gang
-    four times a second): the gangs are woken once per WAKE_GAP_SECONDS, the first time soon."""
+    """Bound pods ending one after another (a namespace deleted: 2000 pods over 80 s) wake the waiting
+    gangs once per WAKE_GAP_SECONDS, the first time soon; not once per WAKE_SECONDS."""
     monkeypatch.setattr(capacity, "WAKE_SECONDS", 0.01)
     monkeypatch.setattr(capacity, "WAKE_GAP_SECONDS", 0.2)
 
