@@ -118,12 +118,14 @@ def test_pods_ending_one_after_another_wake_the_gangs_once_per_gap(monkeypatch):
             r.pods.upsert(pod(f"p{rv}", rv, "a"))
             r.pods.remove(pod(f"p{rv}", rv + 1, "a"))
             await asyncio.sleep(0.005)
+        last = time.monotonic()
         await asyncio.sleep(0.25)
-        return first, woken[1:]  # after the node's own wake
+        return first, last, woken[1:]  # after the node's own wake
 
-    first, woken = asyncio.run(churn())
+    first, last, woken = asyncio.run(churn())
     assert woken[0] - first < 0.1
-    assert 3 <= len(woken) <= 5, woken  # 0.75 s of churn: about one wake per 0.2 s, not one per 0.01 s
+    # about one wake per 0.2 s of churn (0.75 s on an idle machine, longer under load), not one per 0.01 s
+    assert 3 <= len(woken) <= (last - first) / 0.2 + 2, woken
     assert all(b - a >= 0.19 for a, b in zip(woken, woken[1:]))
 
 
