@@ -1,5 +1,6 @@
 """reconcile() with gang backends: group first, admission, finish/suspend, gang restart, timeouts."""
 from dataclasses import replace
+from functools import partial
 from datetime import timedelta
 
 import pytest
@@ -12,8 +13,10 @@ from tfop.api import conditions as S
 from tfop.children.pod import PodOptions
 from tfop.gang.registry import load_backend
 from tfop.core.plan import Event
+from tfop.core.reconcile import reconcile
 from tfop.core.context import Observed
-from tfop.core.gang_step import recheck_after
+from tfop.core.gang_step import only_progress, recheck_after
+from tfop.runtime.holding import STARTING_HOLD, hold_limits
 from tfop.core.outcomes import FailedWrite
 
 BACKENDS = ["volcano", "scheduler-plugins", "kube-arbitrator", "kubernetes"]
@@ -845,6 +848,50 @@ def test_a_waiting_gang_reads_its_group_status(desc, phase, reads):
     group = None if phase is None else group_of(desired_group("volcano"), phase=phase)
     plan = run(job, Observed(pods=pods, services=all_services(job), group=group), ctx=ctx("volcano"))
     assert plan.reads_group_status is reads
+
+
+
+GROUP_STEPS_SEEN = GROUP_STATUSES_SEEN + [  # and the steps of each scheduler while its gang waits
+    {"phase": "Pending"}, {"phase": "Inqueue", "conditions": [{"type": "Scheduled", "status": "True"}]},
+    {"phase": "PreScheduling"}, {"phase": "Scheduling", "scheduled": 2},
+    {"conditions": [{"type": "PodGroupScheduled", "status": "True", "reason": "Scheduled"}]},
+    {"conditions": [{"type": "PodGroupScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}]},
+    {"currentHealthy": 1, "desiredHealthy": 3, "expectedPods": 3},
+]
+MEMBERS_WAITING = {  # every member created, the gang not whole
+    "none bound": lambda job, name: gang_pods(job, name, phase="Pending"),
+    "two of three running": lambda job, name: gang_pods(job, name)[:2] + [gang_pod(job, "Worker", 1, name,
+                                                                                   phase="Pending")],
+}
+
+
+@pytest.mark.parametrize("members", MEMBERS_WAITING)
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_waiting_gangs_group_moving_on_changes_only_a_held_status(name, members):
+    """What lets the runtime skip a pass for the group's news of mere progress (gang_step.only_progress)
+    while the gang waits an ordinary step (Plan.reads_group_progress False): the pass it skips would decide
+    the same writes as the last, a status the runtime holds a minute (holding.STARTING_HOLD), and no
+    look sooner than the last pass's timer."""
+    backend = ctx(name).backend
+    job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
+    pods = MEMBERS_WAITING[members](job, name)
+    groups = [{**group_of(desired_group(name)), "status": status} for status in GROUP_STEPS_SEEN]
+    skipped = 0
+    for seen in groups:
+        last = run(job, Observed(pods=pods, services=all_services(job), group=seen), ctx=ctx(name))
+        if last.reads_group_progress:
+            continue
+        status = last.status or job.status
+        decided = with_status(job, **status)
+        settled = run(decided, Observed(pods=pods, services=all_services(job), group=seen), ctx=ctx(name))
+        for news in filter(partial(only_progress, backend), groups):
+            plan = reconcile(decided, Observed(pods=pods, services=all_services(job), group=news), NOW, ctx(name))
+            assert _decided(plan)[1:6] + _decided(plan)[7:] == _decided(settled)[1:6] + _decided(settled)[7:]
+            # no look sooner than the last pass asked for: its timer comes first
+            assert plan.requeue_after is None or settled.requeue_after <= plan.requeue_after, news["status"]
+            assert plan.status is None or hold_limits(status, plan.status) == STARTING_HOLD, plan.status
+            skipped += 1
+    assert skipped  # each backend has such news
 
 
 WHOLE_GANG_GONE = ("TFJob ml/tf-job restarts its whole gang because all 3 of its members still running disappeared "

@@ -14,6 +14,7 @@ from tfop.kube.informer import Backoff, Informer, Tombstones
 from tfop.kube.versions import later, newer
 from functools import partial
 
+from tfop.gang.registry import load_backend
 from tfop.runtime.jobs import JobRecord, group_news_unread, label_key, owner_key
 
 NS, JOB = "ns", ("ns", "job")
@@ -507,3 +508,35 @@ def test_a_whole_gangs_group_counting_its_members_wakes_no_job():
     watch(inf, "ADDED", group)  # a fresh group for a restarted gang, which waits again
     versions = iter(range(102, 200))
     assert change(status={"phase": "Pending"}) == 7
+
+
+def test_a_waiting_gangs_group_moving_on_wakes_no_job():
+    """While the job's last pass said its gang waits an ordinary step (Plan.reads_group_progress False), a
+    status-only change of its group that says only that the gang moves on queues no pass; one that gives a
+    reason, or takes admission back, does, and so does everything once a pass reads progress again."""
+    volcano, _ = load_backend("volcano")
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "job", "namespace": NS, "uid": "g", "resourceVersion": "1",
+                          "labels": {"training.kubeflow.org/job-name": "job"}},
+             "spec": {"minMember": 3}, "status": {"phase": "Pending"}}
+    record = JobRecord(body={"metadata": {"name": "job", "namespace": NS}}, reads_group_progress=False)
+    woken = []
+    inf = Informer(None, "v1beta1", "podgroups", "PodGroup", [NS], key_of=owner_key, on_change=woken.append,
+                   quiet=partial(group_news_unread, {JOB: record}, backend=volcano))
+    versions = iter(range(2, 100))
+
+    def change(status):
+        nonlocal group
+        group = {**group, "status": status, "metadata": {**group["metadata"], "resourceVersion": str(next(versions))}}
+        watch(inf, "MODIFIED", group)
+        return len(woken)
+
+    watch(inf, "ADDED", group)
+    assert change({"phase": "Inqueue"}) == 1
+    assert change({"phase": "Inqueue", "conditions": [{"type": "Scheduled", "status": "True"}]}) == 1
+    unschedulable = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "m"}
+    assert change({"phase": "Inqueue", "conditions": [unschedulable]}) == 2
+    assert change({"phase": "Pending"}) == 3  # not admitted
+    record.reads_group_progress = True
+    assert change({"phase": "Inqueue"}) == 4
+    assert woken == [JOB] * 4

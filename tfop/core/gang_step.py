@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from tfop.api import conditions, pods
-from tfop.api.conditions import GANG_GROUP_REFUSED, GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE
+from tfop.api.conditions import (GANG_GROUP_REFUSED, GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE,
+                                 STARTING_GANG_REASONS)
 from tfop.api.constants import ANNOTATION_GANG_RETRY, ANNOTATION_ON_SCHEDULE_TIMEOUT
 from tfop.core import pending
 from tfop.core.context import Context
@@ -110,6 +111,13 @@ def _awaited(view, shape: GangShape) -> int:
     return max(0, shape.min_member - len(view.members) - creatable)
 
 
+def only_progress(backend: GangBackend, group: Mapping[str, Any]) -> bool:
+    """Whether the group, by itself, says no more than that its gang moves on: admitted, not spent,
+    and no reason of the scheduler's (Plan.reads_group_progress)."""
+    state = backend.state(group, [])
+    return state.admitted and not state.spent and not state.reason
+
+
 def scheduler_reason(state: GangState) -> str:
     return state.reason or (GANG_PENDING if state.admitted else GANG_NOT_ADMITTED)
 
@@ -122,6 +130,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     draft.status["gang"] = gang
     waiting = "reason" in gang
     draft.plan.reads_group_status = waiting
+    draft.plan.reads_group_progress = not waiting or gang["reason"] not in STARTING_GANG_REASONS
     waited = draft.view.elapsed_since(gang.get("since"))
     if waiting:
         draft.plan.requeue(recheck_after(waited))

@@ -79,6 +79,11 @@ class Plan:
     # a change to that status alone (a scheduler counting members as they start) changes nothing a
     # pass decides; the group's spec, owner and deletion, and the pods, still do.
     reads_group_status: bool = False
+    # Whether news of mere progress from the group (gang_step.only_progress) bears on this job: not
+    # while its gang waits one of the ordinary steps to starting with no pod waiting for admission,
+    # for then such news changes only the gang's phase and words in a status held for a minute as
+    # progress (runtime/holding.py), which the next pass, for its pods or its timer, reads anyway.
+    reads_group_progress: bool = True
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

@@ -64,6 +64,7 @@ def _run_active(draft: Draft, ctx: Context) -> bool:
             replicas.create_missing_pods(draft, ctx, shape)
             draft.plan.create_together = shape is not None
         elif any(name not in draft.view.pods for name in draft.view.expected_names()):
-            draft.plan.reads_group_status = True  # pods wait for the group's admission, which its status tells
+            # pods wait for the group's admission, which its status tells
+            draft.plan.reads_group_status = draft.plan.reads_group_progress = True
     replicas.scale_down(draft)
     return not lifecycle.record_progress(draft)

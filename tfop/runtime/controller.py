@@ -119,7 +119,7 @@ class Controller:
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
                                    key_of=owner_key, on_change=child_changed, trim=read,
-                                   quiet=partial(group_news_unread, self.jobs))
+                                   quiet=partial(group_news_unread, self.jobs, backend=self.backend))
         # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass")
         self.informers += [informer for informer in (self.groups, self.priorities) if informer is not None]
@@ -228,7 +228,7 @@ class Controller:
         now = datetime.now(timezone.utc)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
                          normalized.problems, normalized.notes)
-        record.reads_group_status = plan.reads_group_status
+        record.reads_group_status, record.reads_group_progress = plan.reads_group_status, plan.reads_group_progress
         failures = await self.applier.write_objects(record, plan)
         retry = needs_retry(failures, plan)
         if plan.create_group is not None or plan.create:  # what blocked this try, for the next pass to say

@@ -8,6 +8,8 @@ from typing import Any, Mapping
 
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status
+from tfop.core.gang_step import only_progress
+from tfop.gang.base import GangBackend
 from tfop.kube.informer import same_but
 from tfop.kube.versions import later, newer, version_of
 
@@ -54,6 +56,7 @@ class JobRecord:
     refused_at: datetime | None = None
     # The last pass's Plan.reads_group_status; until a pass says otherwise, every change is looked at.
     reads_group_status: bool = True
+    reads_group_progress: bool = True  # and Plan.reads_group_progress
     # The last pass's normalized job and what it was made of: a pass runs for every event of the
     # job's pods, and the job itself changes far less often than its status (nearly every pass).
     _unstated: tuple[dict, Unstated] | None = field(default=None, repr=False)
@@ -116,11 +119,18 @@ class JobRecord:
         return taken
 
 
-def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dict | None) -> bool:
+def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dict | None,
+                      backend: GangBackend | None = None) -> bool:
     """A change to a gang's group that no pass would read (the group informer's `quiet`): its version
-    alone, or its status alone while its job's last pass said the gang is whole (Plan.reads_group_status;
-    a scheduler counts members as they start, pod by pod)."""
+    alone; or its status alone, while its job's last pass said the gang is whole (Plan.reads_group_status;
+    a scheduler counts members as they start, pod by pod), or said the gang waits an ordinary step and the
+    group tells only that it moves on (Plan.reads_group_progress)."""
     key = owner_key(group)
     record = jobs.get(key) if key is not None else None
-    unread = ("status",) if record is not None and not record.reads_group_status else ()
-    return same_but(group, before, unread)
+    if record is None:
+        unread = False
+    elif not record.reads_group_status:
+        unread = True
+    else:
+        unread = not record.reads_group_progress and backend is not None and only_progress(backend, group)
+    return same_but(group, before, ("status",) if unread else ())
