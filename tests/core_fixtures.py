@@ -173,7 +173,9 @@ def context(backend=None, **settings) -> Context:
 
 def run(job: TFJob, obs: Observed | None = None, now: datetime = NOW, ctx: Context | None = None,
         problems=(), notes=()):
+    seen = copy.deepcopy(job.status)
     plan = reconcile(job, obs or Observed(), now, ctx or context(), problems, notes)
+    assert job.status == seen, "a pass changed the status it was given"
     assert_settles(job, plan, obs, now, ctx, problems)
     return plan
 

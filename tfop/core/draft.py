@@ -5,8 +5,6 @@ is the only state a pass writes, and its methods are the only way to write it.
 """
 from __future__ import annotations
 
-import copy
-
 from tfop.api import conditions, pods
 from tfop.core.plan import POD, SERVICE, Event, Plan, Ref
 from tfop.core.view import JobView
@@ -16,7 +14,8 @@ class Draft:
     def __init__(self, view: JobView):
         self.view = view
         self.plan = Plan()
-        self.status = copy.deepcopy(dict(view.job.status))
+        # A pass sets the status's fields whole, never changes one inside: the job's values are shared.
+        self.status = dict(view.job.status)
         self.conditions: list[dict] = list(self.status.get("conditions") or [])
         self.deleting: set[str] = set()  # pods deleted in this pass
 
