@@ -876,20 +876,21 @@ def test_a_waiting_gangs_group_moving_on_changes_only_a_held_status(name, member
     while the gang waits an ordinary step (Plan.reads_group_progress False): the pass it skips would decide
     the same writes as the last, a status the runtime holds a minute (holding.STARTING_HOLD), and no
     look sooner than the last pass's timer."""
-    backend = ctx(name).backend
+    context = ctx(name)
+    backend = context.backend
     job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(5))
     pods = MEMBERS_WAITING[members](job, name)
     groups = [{**group_of(desired_group(name)), "status": status} for status in GROUP_STEPS_SEEN]
     skipped = 0
     for seen in groups:
-        last = run(job, Observed(pods=pods, services=all_services(job), group=seen), ctx=ctx(name))
+        last = run(job, Observed(pods=pods, services=all_services(job), group=seen), ctx=context)
         if last.reads_group_progress:
             continue
         status = last.status or job.status
         decided = with_status(job, **status)
-        settled = run(decided, Observed(pods=pods, services=all_services(job), group=seen), ctx=ctx(name))
+        settled = run(decided, Observed(pods=pods, services=all_services(job), group=seen), ctx=context)
         for news in filter(partial(only_progress, backend), groups):
-            plan = reconcile(decided, Observed(pods=pods, services=all_services(job), group=news), NOW, ctx(name))
+            plan = reconcile(decided, Observed(pods=pods, services=all_services(job), group=news), NOW, context)
             assert _writes(plan) == _writes(settled), news["status"]
             # no look sooner than the last pass asked for: its timer comes first
             assert plan.requeue_after is None or settled.requeue_after <= plan.requeue_after, news["status"]

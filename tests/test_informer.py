@@ -482,9 +482,10 @@ def test_a_whole_gangs_group_counting_its_members_wakes_no_job():
                                                "controller": True, "uid": "j"}]},
              "spec": {"minMember": 3}, "status": {"phase": "Scheduled", "scheduled": 3}}
     record = JobRecord(body={"metadata": {"name": "job", "namespace": NS}})
+    coscheduling, _ = load_backend("scheduler-plugins")
     woken = []
     inf = Informer(None, "v1alpha1", "podgroups", "PodGroup", [NS], key_of=owner_key, on_change=woken.append,
-                   quiet=partial(group_news_unread, {JOB: record}))
+                   quiet=partial(group_news_unread, {JOB: record}, coscheduling))
     versions = iter(range(2, 100))
 
     def change(**parts):
@@ -522,7 +523,7 @@ def test_a_waiting_gangs_group_moving_on_wakes_no_job():
     record = JobRecord(body={"metadata": {"name": "job", "namespace": NS}}, reads_group_progress=False)
     woken = []
     inf = Informer(None, "v1beta1", "podgroups", "PodGroup", [NS], key_of=owner_key, on_change=woken.append,
-                   quiet=partial(group_news_unread, {JOB: record}, backend=volcano))
+                   quiet=partial(group_news_unread, {JOB: record}, volcano))
     versions = iter(range(2, 100))
 
     def change(status):

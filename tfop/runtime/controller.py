@@ -119,7 +119,7 @@ class Controller:
             read = partial(trim_group, status_fields=self.backend.group_status_fields)
             self.groups = Informer(self.client, resource.api_version, resource.plural, resource.kind, namespaces,
                                    key_of=owner_key, on_change=child_changed, trim=read,
-                                   quiet=partial(group_news_unread, self.jobs, backend=self.backend))
+                                   quiet=partial(group_news_unread, self.jobs, self.backend))
         # Read by each pass; a job refused for a PriorityClass not yet created retries on its own backoff.
         self.priorities = Informer(self.client, "scheduling.k8s.io/v1", "priorityclasses", "PriorityClass")
         self.informers += [informer for informer in (self.groups, self.priorities) if informer is not None]

@@ -119,8 +119,8 @@ class JobRecord:
         return taken
 
 
-def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dict | None,
-                      backend: GangBackend | None = None) -> bool:
+def group_news_unread(jobs: Mapping[JobKey, JobRecord], backend: GangBackend, group: dict, before: dict | None
+                      ) -> bool:
     """A change to a gang's group that no pass would read (the group informer's `quiet`): its version
     alone; or its status alone, while its job's last pass said the gang is whole (Plan.reads_group_status;
     a scheduler counts members as they start, pod by pod), or said the gang waits an ordinary step and the
@@ -132,5 +132,5 @@ def group_news_unread(jobs: Mapping[JobKey, JobRecord], group: dict, before: dic
     elif not record.reads_group_status:
         unread = True
     else:
-        unread = not record.reads_group_progress and backend is not None and only_progress(backend, group)
+        unread = not record.reads_group_progress and only_progress(backend, group)
     return same_but(group, before, ("status",) if unread else ())
