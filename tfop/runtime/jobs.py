@@ -119,8 +119,7 @@ class JobRecord:
         return taken
 
 
-def group_news_unread(jobs: Mapping[JobKey, JobRecord], backend: GangBackend, group: dict, before: dict | None
-                      ) -> bool:
+def group_news_unread(jobs: Mapping[JobKey, JobRecord], backend: GangBackend, group: dict, before: dict | None) -> bool:
     """A change to a gang's group that no pass would read (the group informer's `quiet`): its version
     alone; or its status alone, while its job's last pass said the gang is whole (Plan.reads_group_status;
     a scheduler counts members as they start, pod by pod), or said the gang waits an ordinary step and the
