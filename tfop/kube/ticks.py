@@ -4,8 +4,8 @@ Waking the process costs more than the work most wake-ups bring: on a busy machi
 cold by then (a uvloop task that sleeps 20 ms at a time uses ~0.1 ms of CPU a wake-up on the
 2-core machine e2e/BENCHMARK.md describes). Timers that end on a grid point (a multiple of the
 period on the loop's clock) rather than a delay from now end together, in one wake-up:
-- GRID: the loop monitor's tick while work is queued or running, and a WorkQueue's delayed adds.
-- PACE: paced watches read their sockets, and an idle loop monitor ticks, on its multiples.
+- GRID: a WorkQueue's delayed adds.
+- PACE: paced watches read their sockets, and the loop monitor ticks, on its multiples.
 """
 from __future__ import annotations
 

@@ -28,11 +28,10 @@ class WorkQueue:
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
                  on_retry: Callable[[], None] | None = None, grid: float = 0.0):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
-        # Delayed adds end on this grid (tfop.kube.ticks), up to `grid` seconds late: with the loop
-        # monitor's, they wake the process together with its tick. 0: exactly when asked.
+        # Delayed adds end on this grid (tfop.kube.ticks), up to `grid` seconds late, so that those due
+        # close together wake the process once. 0: exactly when asked.
         self.grid = grid
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
-        self.on_busy: Callable[[], None] | None = None  # called when work comes to an idle queue
         self._added: dict = {}  # key -> monotonic time it was queued
         self._queue: asyncio.Queue = asyncio.Queue()
         self._pending: set = set()
@@ -40,8 +39,6 @@ class WorkQueue:
         self._dirty: set = set()
         self._failures: dict = {}
         self._timers: dict = {}
-        self.idle = asyncio.Event()
-        self.idle.set()
         self._draining = False
         self._none_running = asyncio.Event()
         self._none_running.set()
@@ -50,11 +47,8 @@ class WorkQueue:
         if key in self._running:
             self._dirty.add(key)
         elif key not in self._pending:
-            if self.on_busy is not None and self.idle.is_set():
-                self.on_busy()
             self._pending.add(key)
             self._added[key] = time.monotonic()
-            self.idle.clear()
             self._queue.put_nowait(key)
 
     def add_soon(self, key: Hashable, delay: float) -> None:
@@ -149,5 +143,3 @@ class WorkQueue:
                         self.add(key)
                 if not self._running:
                     self._none_running.set()
-                    if not self._pending:
-                        self.idle.set()

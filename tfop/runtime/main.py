@@ -157,9 +157,7 @@ class Operator:
         self.vital["controller"] = asyncio.create_task(self.controller.run(leading), name="tfop-controller")
         if self.elector is not None:
             self.vital["leader election"] = asyncio.create_task(self.elector.run(), name="tfop-leader-election")
-        monitor = LoopMonitor()
-        monitor.follow(self.controller.queue)
-        self.vital["event-loop monitor"] = asyncio.create_task(monitor.run(), name="tfop-loop-monitor")
+        self.vital["event-loop monitor"] = asyncio.create_task(LoopMonitor().run(), name="tfop-loop-monitor")
 
     async def stop(self) -> None:
         """A clean stop: no more reconciling, held statuses written, the Lease handed over."""
