@@ -14,8 +14,7 @@ What to use (each piece is tested alone; tfop.runtime wires them to the training
 - ``events.EventRecorder``: Events posted as client-go posts them, repeats counted, floods dropped.
 - ``health.HttpServer``: /healthz, /readyz and /metrics from named checks.
 - ``supervisor.first_of`` and ``VitalTaskDied``: a process that is never alive and idle.
-- ``loop_monitor.LoopMonitor``: how long the event loop was held, ticking on ``ticks.GRID`` (the grid a
-  ``WorkQueue(grid=...)``'s delayed adds end on) while a queue it follows has work, and on
-  ``ticks.PACE`` otherwise, the points a client's ``watch_pace`` reads each watch's socket on
-  (``client.let_gather``), so they share wake-ups.
+- ``loop_monitor.LoopMonitor``: how long the event loop was held, ticking on ``ticks.PACE``, the points a
+  client's ``watch_pace`` reads each watch's socket on (``client.let_gather``) and a
+  ``WorkQueue(grid=...)``'s delayed adds end on, so they share wake-ups.
 """

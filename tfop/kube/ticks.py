@@ -1,18 +1,17 @@
-"""Two grids of wake-ups for the whole event loop.
+"""One grid of wake-ups for the whole event loop.
 
 Waking the process costs more than the work most wake-ups bring: on a busy machine its caches are
 cold by then (a uvloop task that sleeps 20 ms at a time uses ~0.1 ms of CPU a wake-up on the
 2-core machine e2e/BENCHMARK.md describes). Timers that end on a grid point (a multiple of the
-period on the loop's clock) rather than a delay from now end together, in one wake-up:
-- GRID: a WorkQueue's delayed adds.
-- PACE: paced watches read their sockets, and the loop monitor ticks, on its multiples.
+period on the loop's clock) rather than a delay from now end together, in one wake-up: paced
+watches read their sockets, the loop monitor ticks and a WorkQueue's delayed adds end on the
+multiples of PACE.
 """
 from __future__ import annotations
 
 import math
 
-GRID = 0.02  # seconds
-PACE = 0.1  # seconds; a multiple of GRID, so every PACE point is a GRID point too
+PACE = 0.1  # seconds
 
 
 def next_tick(period: float, now: float) -> float:

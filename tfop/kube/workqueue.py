@@ -28,8 +28,8 @@ class WorkQueue:
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
                  on_retry: Callable[[], None] | None = None, grid: float = 0.0):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
-        # Delayed adds end on this grid (tfop.kube.ticks), up to `grid` seconds late, so that those due
-        # close together wake the process once. 0: exactly when asked.
+        # Delayed adds end on this grid (tfop.kube.ticks), up to `grid` seconds late, so that they wake
+        # the process together with whatever else ends on it. 0: exactly when asked.
         self.grid = grid
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
         self._added: dict = {}  # key -> monotonic time it was queued

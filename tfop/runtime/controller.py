@@ -29,7 +29,7 @@ from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
 from tfop.kube.informer import Informer
-from tfop.kube.ticks import GRID
+from tfop.kube.ticks import PACE
 from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
@@ -85,7 +85,7 @@ class Controller:
         self.ctx = Context(settings=settings, templates=templates or Templates(), backend=backend)
         self.jobs: dict[JobKey, JobRecord] = {}
         # Reconciles wait on the API, not the CPU: enough of them to keep every connection busy.
-        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests, grid=GRID,
+        self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests, grid=PACE,
                                on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
         self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
         self.synced, self.watches = asyncio.Event(), {}  # watches: name -> its informer's task
