@@ -15,7 +15,7 @@ import aiohttp
 
 from tfop.api import codec
 from tfop.kube.credentials import Credentials
-from tfop.kube.ticks import next_tick
+from tfop.kube.ticks import sleep_to_tick
 
 
 class ApiError(Exception):
@@ -306,8 +306,7 @@ async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
     if limits is not None:
         limits(high=0, low=0)
     try:
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(next_tick(pace, loop.time()) - loop.time())
+        await sleep_to_tick(pace)
     finally:
         if not transport.is_closing():
             if limits is not None:

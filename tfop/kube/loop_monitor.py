@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tfop.kube.ticks import PACE, next_tick
+from tfop.kube.ticks import PACE, sleep_to_tick
 
 log = logging.getLogger("tfop.loop")
 
@@ -35,8 +35,7 @@ class LoopMonitor:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            due = next_tick(self.interval, loop.time())
-            await asyncio.sleep(due - loop.time())
+            due = await sleep_to_tick(self.interval)
             self.observe(loop.time() - due, loop.time())
 
     def observe(self, stall: float, now: float) -> None:

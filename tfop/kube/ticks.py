@@ -9,6 +9,7 @@ multiples of PACE.
 """
 from __future__ import annotations
 
+import asyncio
 import math
 
 PACE = 0.1  # seconds
@@ -22,3 +23,11 @@ def next_tick(period: float, now: float) -> float:
 def on_grid(period: float, when: float) -> float:
     """`when`, or the first multiple of `period` after it (a deadline put on the grid, never earlier)."""
     return math.ceil(when / period) * period
+
+
+async def sleep_to_tick(period: float) -> float:
+    """Sleep until the next multiple of `period` on the running loop's clock; returns that point."""
+    loop = asyncio.get_running_loop()
+    due = next_tick(period, loop.time())
+    await asyncio.sleep(due - loop.time())
+    return due
