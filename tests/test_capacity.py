@@ -176,6 +176,28 @@ def test_tfops_own_pods_are_counted_from_the_controllers_pod_informer():
     assert free(r, "a") == (4, 32)
 
 
+def test_a_counted_pods_status_changes_no_count_and_no_snapshot():
+    """Most events of a running pod say only its status: its node's total stays, and so does the last
+    snapshot, however old, until something that makes room changes."""
+    from tfop.kube.informer import Cache
+    from tfop.runtime.trim import trim_child
+
+    r, clock = room()
+    own = Cache("v1", "Pod", **r.counting_own_pods(trim_child))
+    r.nodes.upsert(node("a", 1))
+    own.upsert(pod("w0", 2, "a", gpus=2))
+    clock.now += 10
+    before = r.snapshot()
+    ready = pod("w0", 3, "a", gpus=2)
+    ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    own.upsert(ready)
+    clock.now += 10
+    assert r.snapshot() is before and free(r, "a") == (2, Fraction(63, 2))
+    own.upsert(pod("w0", 4, "a", gpus=3))  # resized in place: counted anew
+    clock.now += 10
+    assert r.snapshot() is not before and free(r, "a") == (1, Fraction(63, 2))
+
+
 def test_a_namespaced_operator_watches_its_own_pods_elsewhere_but_not_twice():
     r = ClusterRoom(KubeClient(None), load_backend("volcano")[0], ["team-a", "team-b"])
     assert [(i.label_selector, i.field_selector) for i in r.bound_pods] == [
