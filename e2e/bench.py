@@ -31,8 +31,8 @@ from e2e import build
 from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
                            component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
                            own_requests, per_job, pin, proc_stats, rows_in_the_way, scheduler_clients,
-                           scheduler_throttle, split_cpus, stop, strip_owner, submit_raw, submit_raw_threaded,
-                           submit_tfjobs, throttled, until, watch_received)
+                           scheduler_throttle, split_cpus, stolen_seconds, stop, strip_owner, submit_raw,
+                           submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
 from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
 from e2e.pprof import ControlPlaneProfile, summarise
 from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
@@ -142,6 +142,7 @@ class Window:
     op1: dict | None = None
     raw_cpu: float | None = None
     measured: float = 0.0  # when the counters after the idle wait were read
+    stolen_s: float | None = None  # the machine's steal over the same window (stolen_seconds)
 
 
 class Bench:
@@ -290,7 +291,7 @@ class Bench:
         if self.args.beside_writes:
             beside = BesideWrites(admin.client, f"{ns}-beside", self.args.beside_writes)
             await beside.start()
-        cpu0 = component_cpu(self.cluster)
+        cpu0, stolen0 = component_cpu(self.cluster), stolen_seconds()
         t0 = time.monotonic()
         raw_cpu = None
         if rendered is not None:
@@ -312,7 +313,7 @@ class Bench:
         self.beside_sent = beside.sent if beside is not None else None
         w = Window(t0, submitted, end, last, idle, timed_out, sent, m0, m1, cpu0, component_cpu(self.cluster),
                    throttle0, scheduler_throttle(self.cluster), op0, proc_stats(pid) if pid else None, raw_cpu,
-                   time.monotonic())
+                   time.monotonic(), stolen_seconds() - stolen0)
         if spy is not None:
             spy.send_signal(2)
             spy.wait(timeout=30)
@@ -474,6 +475,7 @@ def figures(label: str, ns: str, J: int, pods_per_job: int, clock: PodClock, cen
     result["all_cpu_s"] = sum(components.values()) + result.get("cpu_s", 0.0)
     span = w.measured - w.t0  # the counters' window: the wall and the idle wait after it
     result["machine_busy"] = result["all_cpu_s"] / ((os.cpu_count() or 1) * span) if span > 0 else None
+    result["machine_stolen_s"] = w.stolen_s
     for name, key in (("kube-apiserver", "apiserver"), ("etcd", "etcd")):
         if name in components:
             result[f"{key}_cpu_s"] = components[name]
@@ -519,7 +521,7 @@ def summary(r: dict) -> str:
                f"{r['wakeups_per_job']:.1f} wake-ups)" if "user_ms_per_job" in r else "")
             + f", apiserver CPU {fmt(r.get('apiserver_cpu_s'))}s, "
             f"etcd CPU {fmt(r.get('etcd_cpu_s'))}s, all CPU {fmt(r.get('all_cpu_s'))}s "
-            f"(machine busy {fmt(r.get('machine_busy'), '.2f')})"
+            f"(machine busy {fmt(r.get('machine_busy'), '.2f')}, stolen {fmt(r.get('machine_stolen_s'))}s)"
             + (f", restart writes {r['restart_writes']}" if "restart_writes" in r else "")
             + (f", passes/job {fmt(r['passes_per_job'], '.1f')}" if "passes_per_job" in r else "")
             + (", watch events(bytes, reads)/job " + ", ".join(

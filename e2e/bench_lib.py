@@ -517,6 +517,15 @@ def proc_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stolen_seconds(stat: str | None = None) -> float:
+    """CPU seconds the hypervisor gave other guests while this machine's CPUs wanted to run, since boot
+    (/proc/stat's steal, summed over CPUs): a row with seconds of it ran on a slower machine."""
+    if stat is None:
+        stat = Path("/proc/stat").read_text()
+    fields = stat.split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[:1] == ["cpu"] and len(fields) > 8 else 0.0
+
+
 def component_cpu(cluster) -> dict[str, float]:
     """CPU seconds so far of each control-plane process the cluster started (its state's pids)."""
     cpu = {name: proc_cpu(pid) for name, pid in (cluster.state.get("pids") or {}).items()}

@@ -1,8 +1,10 @@
 """What e2e.bench reads from the operator's /metrics (passes, the watches' events and bytes), and
 how --pin-operator splits the CPUs."""
+import os
+
 import pytest
 
-from e2e.bench_lib import operator_passes, own_requests, rows_in_the_way, split_cpus, watch_received
+from e2e.bench_lib import operator_passes, own_requests, rows_in_the_way, split_cpus, stolen_seconds, watch_received
 
 TEXT = """# HELP tfop_watch_events_total Watch events received (bookmarks included)
 # TYPE tfop_watch_events_total counter
@@ -21,6 +23,16 @@ tfop_reconcile_duration_seconds_sum{outcome="applied"} 12.5
 def test_watch_received_gives_events_bytes_and_reads_by_resource():
     assert watch_received(TEXT) == {"pods": (1200, 3_500_000, 700), "podgroups": (410, 287_000, 400)}
     assert watch_received("") == {}
+
+
+@pytest.mark.parametrize("stat, ticks", [
+    ("cpu  5788894 134402 1335201 9285245 31206 0 102425 25964 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", 25964),
+    ("cpu  10 0 5 100 0 0 0 0 0 0\n", 0),
+    ("cpu  10 0 5 100 0 0 0\n", 0),  # a kernel older than steal accounting
+    ("", 0),
+])
+def test_stolen_seconds_is_the_machines_steal_in_seconds(stat, ticks):
+    assert stolen_seconds(stat) == ticks / os.sysconf("SC_CLK_TCK")
 
 
 def test_passes_are_every_outcomes_count():
