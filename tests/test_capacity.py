@@ -149,15 +149,21 @@ def test_queues_for_volcano_only_and_only_for_a_gang_that_may_wait():
 
 
 
-def test_tfops_own_pods_are_counted_from_the_controllers_pod_informer():
-    """The controller's pod informer (tfop's pods in its namespaces) counts them here: bound and not
-    finished, with the same requests as the bound-pod watch; pods of one template share one dict."""
+def room_counting_own_pods():
+    """A room on node "a" fed by a pod cache like the controller's (tfop's own pods)."""
     from tfop.kube.informer import Cache
     from tfop.runtime.trim import trim_child
 
     r, clock = room()
     own = Cache("v1", "Pod", **r.counting_own_pods(trim_child))
     r.nodes.upsert(node("a", 1))
+    return r, clock, own
+
+
+def test_tfops_own_pods_are_counted_from_the_controllers_pod_informer():
+    """The controller's pod informer (tfop's pods in its namespaces) counts them here: bound and not
+    finished, with the same requests as the bound-pod watch; pods of one template share one dict."""
+    r, clock, own = room_counting_own_pods()
     unbound = pod("w0", 2, None)
     own.upsert(unbound)
     assert free(r, "a") == (4, 32)
@@ -179,12 +185,7 @@ def test_tfops_own_pods_are_counted_from_the_controllers_pod_informer():
 def test_a_counted_pods_status_changes_no_count_and_no_snapshot():
     """Most events of a running pod say only its status: its node's total stays, and so does the last
     snapshot, however old, until something that makes room changes."""
-    from tfop.kube.informer import Cache
-    from tfop.runtime.trim import trim_child
-
-    r, clock = room()
-    own = Cache("v1", "Pod", **r.counting_own_pods(trim_child))
-    r.nodes.upsert(node("a", 1))
+    r, clock, own = room_counting_own_pods()
     own.upsert(pod("w0", 2, "a", gpus=2))
     clock.now += 10
     before = r.snapshot()

@@ -172,12 +172,13 @@ class ClusterRoom:
     def _pod_event(self, event: str, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
-        bound = event != "DELETED" and pod.get("nodeName")
-        if bound and self.counted.get(name) == (pod["nodeName"], pod.get("requests") or {}):
+        node = pod.get("nodeName") if event != "DELETED" else None
+        place = (node, pod.get("requests") or {})
+        if node and self.counted.get(name) == place:
             return  # most events of a running pod (its status): its node's total and snapshot stay
         was = self._count(name, -1)
-        if bound:
-            self.counted[name] = (pod["nodeName"], pod.get("requests") or {})
+        if node:
+            self.counted[name] = place
             self._count(name, 1)
         elif was:  # gone, or finished (out of the selector): its requests are free
             self._grew()
