@@ -57,8 +57,9 @@ def _in_ci() -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
     config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.realnode; root)")
-    config.addinivalue_line("markers", "builds(*components): optional e2e.build components its cluster needs, "
-                                       "built in the background from the start of the session")
+    config.addinivalue_line("markers", "builds(*components): optional e2e.build components its tests need "
+                                       "(its cluster's, helm, training-operator), built in the background from "
+                                       "the start of the session")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     """Start building, at the lowest CPU priority, the optional components the selected tests need
-    (`builds` marker): their cold builds (Kueue's, Kubernetes 1.37's: minutes each) then use the cores
+    (`builds` marker): their cold builds (Kueue's, Kubernetes 1.37's, helm's: minutes each) then use the cores
     the tests before them leave idle (most of two, while a test waits on a scheduler), instead of
     holding up their own tests' fixtures. A fixture needing one waits for it (e2e.build's lock), and
     builds it itself if the background build failed, with the error."""

@@ -37,6 +37,7 @@ CHART = ROOT / "charts" / "tfop"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 VERSION = kubernetes_validate.utils.latest_version()
 TOP_KIND = re.compile(r"^kind: (\S+)$", re.M)
+pytestmark = pytest.mark.builds("helm")  # built in the background while the tests before these run
 
 
 def _in_ci() -> bool:

@@ -31,7 +31,7 @@ from e2e.tfop_operator import DEPLOYED_GANG, OperatorProcess, wait_established
 from tfop.tools import rbac
 from tfop.tools.manifests import deploy_objects
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("helm")]
 ROOT = Path(__file__).resolve().parents[2]
 PODGROUPS = "podgroups.scheduling.volcano.sh"
 

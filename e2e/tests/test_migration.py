@@ -49,7 +49,7 @@ from e2e.tests.migration_helpers import (
     upstream_crd,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("training-operator")]
 
 GANG = "volcano"
 NAMESPACE = "migration"
