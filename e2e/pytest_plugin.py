@@ -12,8 +12,10 @@ same skip/fail rules.
 `real_cluster` (session) is a cluster of its own with a real node (e2e.realnode:
 kubelet, containerd, CoreDNS; the TensorFlow image imported), Volcano and
 scheduler-plugins, and no GPU nodes; mark its tests `@pytest.mark.realnode`
-(and `cluster`). Where this machine cannot run a real node the tests are skipped
-with the one-line reason, and fail under CI=true.
+(and `cluster`), and `images(...)` with the e2e.images images they use, so that those
+are built in the background while the tests before them run. Where this machine
+cannot run a real node the tests are skipped with the one-line reason, and fail
+under CI=true.
 
 Environment: CI=true turns every start-up problem (no Go, build failure,
 component not starting) into a test failure, never a skip. TFOP_E2E_SCHEDULERS
@@ -46,7 +48,7 @@ _session_cluster: Cluster | None = None
 _session_error: str | None = None
 _real_cluster: Cluster | None = None
 _real_error: str | None = None
-_background_build: subprocess.Popen | None = None
+_background: list[subprocess.Popen] = []  # what pytest_collection_finish started
 REAL_CLUSTER_SCHEDULERS = ("default", "coscheduling", "volcano")
 
 
@@ -60,6 +62,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "builds(*components): optional e2e.build components its tests need "
                                        "(its cluster's, helm, training-operator), built in the background from "
                                        "the start of the session")
+    config.addinivalue_line("markers", "images(*names): e2e.images images its tests need, built in the "
+                                       "background from the start of the session")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -70,38 +74,50 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """Start building, at the lowest CPU priority, the optional components the selected tests need
-    (`builds` marker): their cold builds (Kueue's, Kubernetes 1.37's, helm's: minutes each) then use the cores
-    the tests before them leave idle (most of two, while a test waits on a scheduler), instead of
-    holding up their own tests' fixtures. A fixture needing one waits for it (e2e.build's lock), and
-    builds it itself if the background build failed, with the error."""
-    global _background_build
-    wanted: list[str] = []
-    for item in session.items:
-        for mark in item.iter_markers("builds"):
-            wanted += [c for c in mark.args if c not in wanted]
-    missing = [c for c in wanted if not build.is_built(c)]
-    if not missing or build.go_exe() is None or session.config.option.collectonly:
+    """Start making, at the lowest CPU priority, what the selected tests need and may not find
+    cached: the optional components of `builds` (Kueue's, Kubernetes 1.37's, helm's cold builds: minutes
+    each) and the node images of `images` (the TensorFlow and operator images: minutes of downloads). They
+    then use the cores the tests before them leave idle (most of two, while a test waits on a scheduler),
+    instead of holding up their own tests' fixtures. A fixture needing one waits for it (the build's
+    lock), and makes it itself if the background one failed, with the error."""
+    if build.go_exe() is None or session.config.option.collectonly:
         return
-    log_path = Path(tempfile.gettempdir()) / f"tfop-e2e-background-build-{os.getpid()}.log"
-    print(f"\n[e2e] building {', '.join(missing)} in the background (nice 19); log: {log_path}", flush=True)
+    components = [c for c in _marked(session.items, "builds") if not build.is_built(c)]
+    if components:
+        _background.append(_in_background("e2e.build", "--components", ",".join(components)))
+    if wanted := _marked(session.items, "images"):  # it finds which are cached (a key may read Go sources)
+        _background.append(_in_background("e2e.images", "--images", ",".join(wanted)))
+
+
+def _marked(items, marker: str) -> list[str]:
+    """The arguments of every `marker` on the items, each once."""
+    wanted: list[str] = []
+    for item in items:
+        for mark in item.iter_markers(marker):
+            wanted += [name for name in mark.args if name not in wanted]
+    return wanted
+
+
+def _in_background(module: str, *args: str) -> subprocess.Popen:
+    log_path = Path(tempfile.gettempdir()) / f"tfop-{module.replace('.', '-')}-background-{os.getpid()}.log"
+    print(f"\n[e2e] {module} {' '.join(args)} in the background (nice 19); log: {log_path}", flush=True)
     with open(log_path, "wb") as log:
-        _background_build = subprocess.Popen(
-            [sys.executable, "-m", "e2e.build", "--components", ",".join(missing)], stdout=log,
-            stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1], start_new_session=True,
-            preexec_fn=lambda: os.nice(19))
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[1], start_new_session=True, preexec_fn=lambda: os.nice(19))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    global _session_cluster, _real_cluster, _background_build
+    global _session_cluster, _real_cluster
     for c in (_session_cluster, _real_cluster):
         if c is not None:
             c.down()
     _session_cluster = _real_cluster = None
-    if _background_build is not None and _background_build.poll() is None:  # its tests were not reached
-        os.killpg(_background_build.pid, signal.SIGTERM)
-        _background_build.wait(timeout=30)
-    _background_build = None
+    for running in _background:
+        if running.poll() is None:  # its tests were not reached
+            os.killpg(running.pid, signal.SIGTERM)
+            running.wait(timeout=30)
+    _background.clear()
 
 
 def _get_cluster(tmp_dir) -> Cluster:

@@ -29,7 +29,7 @@ from e2e.tests.realnode_helpers import TRAIN_SECONDS, describe_pods, running, si
 from e2e.training import replica, tfjob, workload_configmap
 from tfop.tools import rbac
 
-pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images("pause", "tf", "operator")]
 TRAIN = ["--steps", "40", "--target-loss", "0.05"]
 
 

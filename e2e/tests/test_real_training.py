@@ -22,7 +22,7 @@ from e2e.tests.realnode_helpers import (TRAIN_SECONDS, describe_pods, logs, prog
 from e2e.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
 from e2e.training import replica as image_replica
 
-pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images("pause", "tf")]
 TARGET_LOSS = "0.05"
 TRAIN = ["--steps", "60", "--target-loss", TARGET_LOSS]
 GANG_SCHEDULER = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
