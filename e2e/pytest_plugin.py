@@ -50,6 +50,8 @@ _real_cluster: Cluster | None = None
 _real_error: str | None = None
 _background: list[subprocess.Popen] = []  # what pytest_collection_finish started
 REAL_CLUSTER_SCHEDULERS = ("default", "coscheduling", "volcano")
+# Imported into real_cluster's node at its start, with the pause image: its modules' `images` marker names them.
+REAL_CLUSTER_NODE_IMAGES = ("tf",)
 
 
 def _in_ci() -> bool:
@@ -186,7 +188,8 @@ def real_cluster(tmp_path_factory) -> Cluster:
         _skip_without_binaries(REAL_CLUSTER_SCHEDULERS)
         try:
             _real_cluster = Cluster.up(tmp_path_factory.mktemp("e2e-real-cluster"),
-                                       schedulers=list(REAL_CLUSTER_SCHEDULERS), gpu_nodes=0, real_nodes=1)
+                                       schedulers=list(REAL_CLUSTER_SCHEDULERS), gpu_nodes=0, real_nodes=1,
+                                       node_images=REAL_CLUSTER_NODE_IMAGES)
         except RealNodeUnavailable as e:
             real_node_unavailable(str(e))
         except Exception as e:  # a failure, in CI and outside: the harness is broken
