@@ -125,6 +125,12 @@ tiers:
 """
 
 
+def real_node_images(node_images: tuple[str, ...]) -> tuple[str, ...]:
+    """Every image a real node is given at its start: the pause image its pods' sandboxes run, then
+    `node_images`."""
+    return ("pause", *node_images)
+
+
 def volcano_conf(actions: str = "enqueue, allocate, backfill", gang_options: str = "") -> str:
     """vc-scheduler's configuration: these actions, and these lines of the gang plugin's options."""
     return f'actions: "{actions}"\n' + _VOLCANO_TIERS.format(gang_options=gang_options)
@@ -790,7 +796,7 @@ class Cluster:
         from e2e import images
 
         paths = realnode.PATHS  # claimed by up(), before the apiserver started on its bridge
-        built = images.ensure(["pause", *node_images])
+        built = images.ensure(list(real_node_images(node_images)))
         self.state["node_images"] = {name: image.ref for name, image in built.items()}
         self.state["real_nodes"] = [realnode.NODE_NAME]
         self.state["real_node_tainted"] = tainted

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from e2e import build
-from e2e.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for
+from e2e.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for, real_node_images
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None
@@ -50,8 +50,9 @@ _real_cluster: Cluster | None = None
 _real_error: str | None = None
 _background: list[subprocess.Popen] = []  # what pytest_collection_finish started
 REAL_CLUSTER_SCHEDULERS = ("default", "coscheduling", "volcano")
-# Imported into real_cluster's node at its start, with the pause image: its modules' `images` marker names them.
+# Imported into real_cluster's node at its start; its modules' `images` marker names REAL_CLUSTER_IMAGES.
 REAL_CLUSTER_NODE_IMAGES = ("tf",)
+REAL_CLUSTER_IMAGES = real_node_images(REAL_CLUSTER_NODE_IMAGES)
 
 
 def _in_ci() -> bool:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from e2e.cluster import free_port
-from e2e.pytest_plugin import REAL_CLUSTER_NODE_IMAGES
+from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, phase
 from e2e.tests.test_metrics import scrape
 from e2e.tests.realnode_helpers import (TRAIN_SECONDS, describe_pods, logs, progress, running, sigkill_process,
@@ -24,7 +24,7 @@ from e2e.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_co
 from e2e.training import replica as image_replica
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,
-              pytest.mark.images("pause", *REAL_CLUSTER_NODE_IMAGES)]
+              pytest.mark.images(*REAL_CLUSTER_IMAGES)]
 TARGET_LOSS = "0.05"
 TRAIN = ["--steps", "60", "--target-loss", TARGET_LOSS]
 GANG_SCHEDULER = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
