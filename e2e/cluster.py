@@ -46,6 +46,13 @@ KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook", "kueue")
 NODE_LABEL = "tfop.test/node"  # value "fake-gpu" on every fake node
 NODE_LABEL_VALUE = "fake-gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok manages nodes with value "fake"
+# A lost node's value of KWOK_NODE_ANNOTATION (Cluster.lose_node): out of kwok's selector.
+KWOK_LOST_NODE_VALUE = "lost"
+# The taint the node lifecycle controller puts on a node it stopped hearing from (NoSchedule and
+# NoExecute), and the one an admin puts on a node known to be down (PodGC then force-deletes its
+# terminating pods).
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 VOLCANO_SCHEDULER_NAME = "volcano"
 YUNIKORN_SCHEDULER_NAME = "yunikorn"
@@ -219,7 +226,7 @@ class Cluster:
            schedulers: tuple[str, ...] | list[str] = ALL_SCHEDULERS, build_missing: bool = True,
            stop_on_exit: bool = True, timeout: float = 120, scheduler_qps: int | None = None,
            real_nodes: int = 0, node_images: tuple[str, ...] = ("tf",),
-           kubernetes: str | None = None) -> "Cluster":
+           kubernetes: str | None = None, node_monitor_grace_period: float | None = None) -> "Cluster":
         """Start everything and wait until usable. With stop_on_exit (the
         default for Python callers) the processes die with this interpreter.
         real_nodes (0 or 1): a node backed by a real kubelet and containerd (e2e.realnode),
@@ -230,7 +237,11 @@ class Cluster:
         kube-controller-manager 20, burst 30).
         kubernetes: None (the harness's own version) or a key of KUBERNETES_VERSIONS ("1.37":
         native gang scheduling on; "1.30": the oldest supported release; kube-scheduler only, no
-        real node)."""
+        real node).
+        node_monitor_grace_period: seconds kube-controller-manager waits for a node's heartbeat
+        before it marks the node Ready Unknown (its default, 50 s, otherwise): a shorter one makes
+        a node lost with lose_node() go Unknown sooner. kwok renews a lease every 10 s, so keep it
+        above 15."""
         if kubernetes is not None and kubernetes not in KUBERNETES_VERSIONS:
             raise ClusterError(f"kubernetes={kubernetes!r}: None (the harness's own) or one of "
                                f"{list(KUBERNETES_VERSIONS)}")
@@ -266,7 +277,8 @@ class Cluster:
                     c._claim_real_node(realnode.PATHS)
                     realnode.make_bridge()
                 c._start(list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps,
-                         address=realnode.NODE_IP if real_nodes else "127.0.0.1", kubernetes=kubernetes)
+                         address=realnode.NODE_IP if real_nodes else "127.0.0.1", kubernetes=kubernetes,
+                         node_monitor_grace_period=node_monitor_grace_period)
                 if real_nodes:
                     c._start_real_node(tuple(node_images), timeout, tainted=gpu_nodes > 0)
                 return c
@@ -400,6 +412,57 @@ class Cluster:
         self.stop_component(name, grace)
         return self.start_component(name, timeout)
 
+    # ---------- lost nodes ----------
+
+    def lose_node(self, name: str) -> None:
+        """Make kwok node `name` lost, as a machine that died or was cut off behaves: nothing
+        renews its Lease in kube-node-lease any more and nothing completes its pods' deletions
+        (they stay Terminating). kube-controller-manager's node lifecycle controller then marks
+        its Ready condition Unknown after --node-monitor-grace-period (see Cluster.up) and taints
+        it node.kubernetes.io/unreachable; wait_node_lost() waits for that. The node object and
+        its pods stay. Returns once kwok runs again for the other nodes.
+
+        How: the node's kwok.x-k8s.io/node annotation leaves kwok's selector, then kwok is
+        restarted, since a running kwok keeps renewing the lease of a node it once took."""
+        self._set_kwok_management(name, KWOK_LOST_NODE_VALUE)
+
+    def recover_node(self, name: str, *, wait: bool = True, timeout: float = 60) -> None:
+        """Undo lose_node(): kwok manages node `name` again (its lease renewed, its Ready condition
+        True, its pods' pending deletions completed), and the node lifecycle controller removes
+        its unreachable taints. With `wait`, returns once the node is Ready without them. Taints
+        an admin added (node.kubernetes.io/out-of-service) are left for the caller to remove."""
+        self._set_kwok_management(name, "fake")
+        if wait:
+            self._wait(f"node {name} Ready again, without the {UNREACHABLE_TAINT} taint",
+                       lambda: _node_recovered(self._node(name)), timeout, "kube-controller-manager")
+
+    def wait_node_lost(self, name: str, timeout: float | None = None) -> dict:
+        """Wait until the node lifecycle controller has marked node `name` Ready Unknown and
+        tainted it unreachable (NoSchedule and NoExecute); returns the node. Default timeout: the
+        grace period (the cluster's, or 50 s) plus 30 s."""
+        grace = self.state.get("node_monitor_grace_period") or 50
+        got: dict = {}
+
+        def lost() -> bool:
+            got["node"] = self._node(name)
+            return _node_lost(got["node"])
+        self._wait(f"node {name} Ready Unknown and tainted {UNREACHABLE_TAINT}", lost,
+                   timeout if timeout is not None else grace + 30, "kube-controller-manager")
+        return got["node"]
+
+    def _set_kwok_management(self, name: str, value: str) -> None:
+        """Set node `name`'s kwok.x-k8s.io/node annotation to `value` ("fake": kwok's, anything
+        else: nobody's) and restart kwok, which reads its nodes anew only at start."""
+        annotations = (self._node(name)["metadata"].get("annotations") or {})
+        if annotations.get(KWOK_NODE_ANNOTATION) not in ("fake", KWOK_LOST_NODE_VALUE):
+            raise ClusterError(f"node {name} is not a kwok node ({KWOK_NODE_ANNOTATION}: "
+                               f"{annotations.get(KWOK_NODE_ANNOTATION)!r})")
+        self.kubectl("annotate", "node", name, "--overwrite", f"{KWOK_NODE_ANNOTATION}={value}")
+        self.restart("kwok")
+
+    def _node(self, name: str) -> dict:
+        return json.loads(self.kubectl("get", "node", name, "-o", "json").stdout)
+
     def _component(self, name: str) -> dict:
         known = self.state.get("components", {})
         if name not in known:
@@ -476,7 +539,7 @@ class Cluster:
 
     def _start(self, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,
                scheduler_qps: int | None = None, address: str = "127.0.0.1",
-               kubernetes: str | None = None) -> None:
+               kubernetes: str | None = None, node_monitor_grace_period: float | None = None) -> None:
         """The control plane; the apiserver on `address` (a real node's pods reach it there)."""
         for sub in ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs"):  # stale state of a crashed run
             _rmtree(self.dir / sub)
@@ -491,7 +554,8 @@ class Cluster:
                                           "kube_proxy_healthz", "kube_proxy_metrics")}
         server = f"https://{address}:{ports['apiserver']}"
         self.state = {"server": server, "ports": ports, "schedulers": schedulers, "pids": {},
-                      "next_node": 0, "scheduler_qps": scheduler_qps, "kubernetes": kubernetes}
+                      "next_node": 0, "scheduler_qps": scheduler_qps, "kubernetes": kubernetes,
+                      "node_monitor_grace_period": node_monitor_grace_period}
         self._save()
         self._make_pki(server)
         d, p, kc = self.dir, ports, self.dir / "kubeconfigs"
@@ -552,7 +616,8 @@ class Cluster:
             "--root-ca-file", pk / "ca.crt", "--service-account-private-key-file", pk / "sa.key",
             "--cluster-signing-cert-file", pk / "ca.crt", "--cluster-signing-key-file", pk / "ca.key",
             # each controller acts as its own ServiceAccount, as in a real cluster
-            "--use-service-account-credentials=true", "--controllers=*", *self._kcm_client_flags()],
+            "--use-service-account-credentials=true", "--controllers=*", *self._kcm_client_flags(),
+            *self._kcm_node_monitor_flags()],
             health=f"https://127.0.0.1:{p['kcm']}/healthz")
         self._wait_healthy("kube-controller-manager", timeout)
 
@@ -604,6 +669,10 @@ class Cluster:
         deletions, so it is raised with the schedulers'."""
         qps = self.state.get("scheduler_qps")
         return ["--kube-api-qps", str(qps), "--kube-api-burst", str(2 * qps)] if qps else []
+
+    def _kcm_node_monitor_flags(self) -> list[str]:
+        grace = self.state.get("node_monitor_grace_period")
+        return [f"--node-monitor-grace-period={grace:g}s"] if grace else []
 
     def _cosched_controller_client_flags(self) -> list[str]:
         """The scheduler-plugins controller writes each PodGroup's phase (Pending, Scheduling,
@@ -1007,6 +1076,23 @@ class Cluster:
 
 
 # ---------- module helpers ----------
+
+def _ready_status(node: dict) -> str | None:
+    return next((c["status"] for c in node.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None)
+
+
+def _unreachable_effects(node: dict) -> set[str]:
+    return {t.get("effect") for t in node.get("spec", {}).get("taints") or [] if t.get("key") == UNREACHABLE_TAINT}
+
+
+def _node_lost(node: dict) -> bool:
+    """As the node lifecycle controller leaves a node it stopped hearing from."""
+    return _ready_status(node) == "Unknown" and _unreachable_effects(node) >= {"NoSchedule", "NoExecute"}
+
+
+def _node_recovered(node: dict) -> bool:
+    return _ready_status(node) == "True" and not _unreachable_effects(node)
+
 
 def _volcano_webhook_config(path: str, url: str, ca_bundle: str) -> dict:
     """A ValidatingWebhookConfiguration as Volcano's chart (installer/helm/.../webhooks.yaml)
