@@ -57,14 +57,17 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 # TensorFlow and every wheel pip resolves for it, pinned: the tf key then names all the layer's
 # contents. To move TensorFlow, resolve the new tensorflow-cpu alone (pip download as _build_tf
-# does) and copy the versions here.
+# does) and copy the versions here, then hold back what it cannot run with (below).
+# protobuf: TF 2.20's metadata asks only >=5.28.0, but its graph writer (tf.io.write_graph, and so
+# MonitoredTrainingSession's graph.pbtxt) passes text_format's float_format, which protobuf 7
+# removed (a TypeError); 6.33 is the newest line that keeps it.
 TF_REQUIREMENTS = (
     "tensorflow-cpu==2.20.0",
     "absl-py==2.5.1", "astunparse==1.6.3", "certifi==2026.10.19.post1", "charset-normalizer==3.5.3",
     "flatbuffers==25.12.19", "gast==0.7.0", "google-pasta==0.2.0", "grpcio==1.85.3", "h5py==3.16.0",
     "idna==3.20", "keras==3.15.1", "libclang==18.1.1", "markdown==3.11.3", "markdown-it-py==4.3.0",
     "markupsafe==3.0.4", "mdurl==0.1.2", "ml-dtypes==0.6.0", "namex==0.1.0", "numpy==2.4.6",
-    "opt-einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "pillow==13.0.0", "protobuf==7.36.2",
+    "opt-einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "pillow==13.0.0", "protobuf==6.33.6",
     "pygments==2.21.0", "requests==2.34.2", "rich==15.0.0", "setuptools==84.2.1", "six==1.17.0",
     "tensorboard==2.20.0", "tensorboard-data-server==0.7.2", "termcolor==3.3.0",
     "typing-extensions==4.16.0", "urllib3==2.8.0", "werkzeug==3.1.9", "wheel==0.48.0", "wrapt==2.5.2",

@@ -36,12 +36,14 @@ def checkpoint_volume(namespace: str, job: str) -> dict:
 
 
 def pod_template(image: str, args: list[str], *, script: str = "train.py", grace: int = 10,
-                 checkpoints: dict | None = None, requests: dict | None = None) -> dict:
+                 checkpoints: dict | None = None, requests: dict | None = None,
+                 limits: dict | None = None) -> dict:
+    resources = {"requests": dict(requests or POD_REQUESTS), **({"limits": dict(limits)} if limits else {})}
     container: dict[str, Any] = {
         "name": "tensorflow", "image": image,
         "command": ["python3", f"{WORKLOAD_MOUNT}/{script}", *args],
         "ports": [{"name": "tfjob-port", "containerPort": 2222}],
-        "resources": {"requests": dict(requests or POD_REQUESTS)},
+        "resources": resources,
         "volumeMounts": [{"name": "workload", "mountPath": WORKLOAD_MOUNT, "readOnly": True}],
     }
     volumes = [{"name": "workload", "configMap": {"name": WORKLOAD_CONFIGMAP}}]

@@ -66,6 +66,28 @@ def test_a_one_pod_job_has_no_tf_config_and_trains_alone():
             "local", tfc.LOCAL, tfc.TRAIN, True, {})
 
 
+# The seeds' TF 1 shape (train_between_graph.py): PS and Worker, no Chief; worker 0 is the chief.
+BETWEEN_GRAPH_TASKS = [
+    ({"PS": 1, "Worker": 2}, "Worker", 0, ("worker:0", tfc.TRAIN, True)),
+    ({"PS": 1, "Worker": 2}, "Worker", 1, ("worker:1", tfc.TRAIN, False)),
+    ({"PS": 2, "Worker": 1}, "PS", 1, ("ps:1", tfc.SERVE, False)),
+]
+
+
+@pytest.mark.parametrize("replicas,rtype,index,expected", BETWEEN_GRAPH_TASKS)
+def test_a_between_graph_task_trains_or_serves_and_worker_0_is_its_chief(replicas, rtype, index, expected):
+    task = tfc.between_graph_task_from_tf_config(tf_config(model(tfjob(replicas)), rtype, index))
+    assert (task.name, task.duty, task.is_chief, task.strategy) == (*expected, tfc.BETWEEN_GRAPH)
+    assert set(task.cluster) == {"ps", "worker"}
+
+
+@pytest.mark.parametrize("replicas,rtype", [({"Chief": 1, "PS": 1, "Worker": 1}, "Worker"),
+                                            ({"Worker": 2}, "Worker")])
+def test_between_graph_replication_refuses_a_chief_or_a_job_without_ps(replicas, rtype):
+    with pytest.raises(ValueError, match="needs PS and Worker replicas and no Chief"):
+        tfc.between_graph_task_from_tf_config(tf_config(model(tfjob(replicas)), rtype, 0))
+
+
 def test_the_training_cluster_renames_master_and_leaves_the_evaluator_out():
     task = _task({"Master": 1, "Worker": 2, "Evaluator": 1}, "Worker", 1)
     assert task.cluster == {
@@ -160,10 +182,11 @@ def test_a_log_without_progress_lines_parses_to_nothing():
 
 
 # -- what the pods mount and run ---------------------------------------------------------
-def test_the_workloads_are_four_scripts_a_configmap_can_hold():
-    # ConfigMap keys: [-._a-zA-Z0-9]+; train.py imports tf_config and progress_log from its own directory
+def test_the_workloads_are_five_scripts_a_configmap_can_hold():
+    # ConfigMap keys: [-._a-zA-Z0-9]+; the training scripts import tf_config and progress_log from their own
+    # directory
     assert {path.name for path in WORKLOADS_DIR.iterdir() if path.suffix == ".py"} == {
-        "train.py", "exit.py", "tf_config.py", "progress_log.py"}
+        "train.py", "train_between_graph.py", "exit.py", "tf_config.py", "progress_log.py"}
 
 
 def test_the_scripts_import_only_the_standard_library_tensorflow_and_each_other():

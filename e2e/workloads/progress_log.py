@@ -16,11 +16,15 @@ Unix seconds. The lines, in order (e2e/training.py parses them):
     tfop-train idle task=evaluator:0
     tfop-train terminated signal=SIGTERM time=...        then exit 143
 
-Pure Python, no TensorFlow: the unit tests check that what it writes parses.
+Pure Python, no TensorFlow: the unit tests check that what it writes parses. exit_on_sigterm is
+here too, since it prints the `terminated` line (every training script calls it first).
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 
 PREFIX = "tfop-train"
@@ -48,3 +52,20 @@ def emit(event: str | None, **fields) -> None:
 
 def emit_error(message: str) -> None:
     print(f"{PREFIX} error: {message}", file=sys.stderr, flush=True)
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the process at once with 143, so a deleted pod goes within its grace period.
+
+    Python as PID 1 ignores SIGTERM without a handler, and a Python handler only
+    runs when the main thread is back in Python (server.join() never is). So
+    SIGTERM is blocked here, before TensorFlow starts any thread (they inherit
+    the mask), and a thread of ours waits for it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        emit("terminated", signal="SIGTERM", time=timestamp())
+        os._exit(143)
+
+    threading.Thread(target=wait, name="sigterm", daemon=True).start()

@@ -33,6 +33,10 @@ COORDINATE = "coordinate"  # the PS chief: drives workers through a ClusterCoord
 SERVE = "serve"            # a PS job's ps or worker task: a tf.distribute.Server until stopped
 IDLE = "idle"              # an evaluator: nothing to do
 
+# TF 1's between-graph replication (train_between_graph.py): no tf.distribute strategy; each worker
+# builds its own graph with the variables on the ps tasks (tf.compat.v1.train.replica_device_setter).
+BETWEEN_GRAPH = "between-graph"
+
 TRAINING_JOBS = ("chief", "worker", "ps")  # the evaluator is never part of the training cluster
 
 
@@ -98,3 +102,24 @@ def task_from_tf_config(text: str | None) -> Task:
         raise ValueError("a parameter-server job needs at least one Worker task")
     duty = COORDINATE if task_type == "chief" else SERVE
     return Task(task_type, index, strategy, duty, is_chief, cluster)
+
+
+def between_graph_task_from_tf_config(text: str | None) -> Task:
+    """The task of a TF 1 between-graph job, the seeds' shape: ps and worker tasks and no chief
+    (worker 0 is TensorFlow's chief: it initializes, restores and saves). ps tasks serve, workers
+    train. Raises ValueError for any other TF_CONFIG."""
+    try:
+        config = json.loads(text or "{}")
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not JSON: {error}") from None
+    cluster = {_job_name(job): _addresses(tasks) for job, tasks in (config.get("cluster") or {}).items()}
+    cluster = {job: tasks for job, tasks in cluster.items() if job in TRAINING_JOBS and tasks}
+    if set(cluster) != {"ps", "worker"}:
+        raise ValueError("between-graph replication needs PS and Worker replicas and no Chief or Master "
+                         f"(worker 0 is the chief); TF_CONFIG's cluster has {sorted(cluster) or 'none'}")
+    task = config.get("task") or {}
+    task_type, index = _job_name(str(task.get("type") or "")), int(task.get("index") or 0)
+    if task_type not in cluster or not 0 <= index < len(cluster[task_type]):
+        raise ValueError(f"TF_CONFIG's task {task_type or '?'}:{index} is not in its cluster {sorted(cluster)}")
+    return Task(task_type, index, BETWEEN_GRAPH, SERVE if task_type == "ps" else TRAIN,
+                task_type == "worker" and index == 0, cluster)

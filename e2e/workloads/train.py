@@ -25,34 +25,15 @@ importing nothing else of the repository.
 import argparse
 import os
 import re
-import signal
 import sys
-import threading
 import time
 
-from progress_log import emit, emit_error, timestamp
+from progress_log import emit, emit_error, exit_on_sigterm, timestamp
 from tf_config import COORDINATE, IDLE, SERVE, Task, task_from_tf_config
 
 TRUE_W, TRUE_B, NOISE = 3.0, 2.0, 0.1  # the loss floor is NOISE**2 = 0.01
 BATCH, EVAL_BATCH = 64, 1024
 EVAL_SEED = (-1, 0)  # training batches use (step, replica): never this one
-
-
-def exit_on_sigterm() -> None:
-    """SIGTERM ends the process at once with 143, so a deleted pod goes within its grace period.
-
-    Python as PID 1 ignores SIGTERM without a handler, and a Python handler only
-    runs when the main thread is back in Python (server.join() never is). So
-    SIGTERM is blocked here, before TensorFlow starts any thread (they inherit
-    the mask), and a thread of ours waits for it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-    def wait() -> None:
-        signal.sigwait({signal.SIGTERM})
-        emit("terminated", signal="SIGTERM", time=timestamp())
-        os._exit(143)
-
-    threading.Thread(target=wait, name="sigterm", daemon=True).start()
 
 
 exit_on_sigterm()
