@@ -37,7 +37,7 @@ class Recorder:
         self.woken, self.gone, self.events = [], [], []
 
     def informer(self, client=None, **options):
-        options.setdefault("on_gone", lambda key, name: self.gone.append((key, name)))
+        options.setdefault("on_gone", lambda key, name, _last: self.gone.append((key, name)))
         options.setdefault("key_of", label_key)
         options.setdefault("trim", trim_child)
         return Informer(client, "v1", "pods", "Pod", [NS], label_selector="sel", on_change=self.woken.append,

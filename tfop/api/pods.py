@@ -51,13 +51,33 @@ def exit_code(pod: Pod) -> int | None:
     return None
 
 
+def node_name(pod: Pod) -> str:
+    return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+def oom_killed(pod: Pod) -> bool:
+    """The kernel's OOM killer ended the tensorflow container (its memory limit exceeded)."""
+    status = _tensorflow_status(pod)
+    for key in ("state", "lastState"):
+        terminated = ((status or {}).get(key) or {}).get("terminated") or {}
+        if terminated.get("reason") == "OOMKilled":
+            return True
+    return False
+
+
 def restarts(pod: Pod) -> int:
     return sum(int(s.get("restartCount") or 0) for s in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
-def failure_summary(pod: Pod) -> str:
+def failure_summary(pod: Pod, memory_limit: str | None = None, replica_type: str = "") -> str:
+    """How the pod failed, in a few words; an OOM kill names the memory limit to raise."""
     code = exit_code(pod)
     reason = (pod.get("status") or {}).get("reason")
+    if oom_killed(pod):
+        limit = f" {memory_limit}" if memory_limit else ""
+        return (f"{name(pod)} was OOMKilled (exit code {code if code is not None else 137}): its container "
+                f"exceeded its memory limit{limit}; raise resources.limits.memory of "
+                f"{replica_type + ' pods' if replica_type else 'its pod template'}")
     if code is not None:
         return f"{name(pod)} exited with code {code}"
     return f"{name(pod)} failed" + (f" ({reason})" if reason else "")

@@ -67,6 +67,7 @@ TFJOB = {
                              "lastUpdateTime": TIMESTAMP, "lastTransitionTime": TIMESTAMP}),
         "replicaStatuses": Each(OBJECT), "startTime": TIMESTAMP, "completionTime": TIMESTAMP,
         "lastReconcileTime": TIMESTAMP, "restartCount": INTEGER, "gang": OBJECT,
+        "disruptionCount": INTEGER, "containerRestarts": INTEGER, "nodeLoss": OBJECT,
     },
 }
 

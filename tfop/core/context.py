@@ -18,8 +18,13 @@ class Observed:
     services: Sequence[Mapping[str, Any]] = ()
     group: Mapping[str, Any] | None = None
     priority_values: Mapping[str, int] = field(default_factory=dict)
-    # Pods seen deleted by someone else (not the operator) since the last reconcile.
+    # Pods seen deleted by someone else (not the operator) since the last reconcile, and of them those
+    # last seen with a DisruptionTarget condition (the cluster ended them: tfop/api/nodes.py).
     vanished: frozenset[str] = frozenset()
+    disrupted: frozenset[str] = frozenset()
+    # The nodes the job's pods are on, as the node informer keeps them (None: the node is deleted);
+    # None as a whole while nodes cannot be read (no informer yet, or the role does not grant it).
+    nodes: Mapping[str, Mapping[str, Any] | None] | None = None
     # The refusals that blocked the last pass that tried to create something, and when it tried
     # (tfop/core/blockers.py): an outcome of earlier writes, so this pass can say why and wait.
     refusals: tuple[FailedWrite, ...] = ()

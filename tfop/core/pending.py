@@ -197,6 +197,8 @@ def _free_on(free: Sequence[int], r: str) -> str:
 def headline(status: Mapping[str, Any]) -> str:
     """status.message, the Message column: while the gang waits, or Kueue holds the job, why (tfop's
     sentence); otherwise the latest condition's message, as upstream's column showed."""
+    if (status.get("nodeLoss") or {}).get("message"):  # pods on a lost node: what ends the wait
+        return status["nodeLoss"]["message"]
     gang = status.get("gang") or {}
     if "reason" in gang and gang.get("message"):
         return gang["message"]

@@ -65,6 +65,8 @@ class Plan:
     create_group: dict | None = None
     create: list[dict] = field(default_factory=list)  # pods and services, in create_batches()
     delete: list[Ref] = field(default_factory=list)
+    # Pods stuck terminating on a lost node, deleted with gracePeriodSeconds 0 (tfop/core/nodes.py)
+    force_delete: list[Ref] = field(default_factory=list)
     patch: list[tuple[Ref, dict]] = field(default_factory=list)
     status: dict | None = None  # the whole new status when it changed
     events: list[Event] = field(default_factory=list)
@@ -91,5 +93,6 @@ class Plan:
 
     @property
     def writes(self) -> int:
-        return (self.create_group is not None) + len(self.create) + len(self.delete) + len(self.patch) + (
+        return (self.create_group is not None) + len(self.create) + len(self.delete) + len(self.force_delete) + \
+            len(self.patch) + (
             self.status is not None) + self.delete_job

@@ -19,6 +19,7 @@ from tfop.core.context import Context, Observed
 from tfop.core.draft import Draft
 from tfop.core.failures import handle_failures
 from tfop.core.gang_step import gang_step
+from tfop.core.nodes import say_node_loss
 from tfop.core.plan import Plan
 from tfop.core.status import finalize
 from tfop.core.view import JobView
@@ -35,6 +36,7 @@ def reconcile(job: TFJob, obs: Observed, now: datetime, ctx: Context,
         lifecycle.suspend(draft, ctx)
     elif not _run_active(draft, ctx):
         lifecycle.finish(draft, ctx)
+    say_node_loss(draft, ctx)  # after the restarts: what the job now waits for on lost nodes
     record_admission(draft)  # Kueue's hold on a suspended job, said plainly
     finalize(draft)
     return draft.plan

@@ -11,6 +11,7 @@ from tfop.children.service import build_service
 from tfop.children.tfconfig import ClusterConfig
 from tfop.core.context import Context
 from tfop.core.draft import Draft
+from tfop.core.failures import gang_generation
 from tfop.core.ownership import adoption_patch
 from tfop.core.plan import Ref
 from tfop.gang.base import GangShape
@@ -100,7 +101,7 @@ def _pod_options(draft: Draft, ctx: Context, replica: ReplicaSpec, index: int, s
         return PodOptions(scheduler_name=settings.scheduler_name, cluster_domain=settings.cluster_domain,
                           cluster_config=cluster)
     # Which incarnation of the gang a pod belongs to, for people reading pods after a gang restart.
-    generation = {ANNOTATION_GANG_GENERATION: str(draft.status.get("restartCount") or 0)}
+    generation = {ANNOTATION_GANG_GENERATION: str(gang_generation(draft.status))}
     markings = backend.pod_markings(draft.view.job, replica, index, shape)
     return PodOptions(scheduler_name=settings.scheduler_name or backend.scheduler_name,
                       cluster_domain=settings.cluster_domain, extra_annotations=generation, cluster_config=cluster,

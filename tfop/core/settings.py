@@ -13,6 +13,9 @@ DEFAULT_IMAGE = "tfop:0.1.0"
 # its 512Mi (each pod it creates carries a ~33 KB TF_CONFIG listing every pod). Admission allows up
 # to tfop.api.rules.MAX_JOB_REPLICAS, the most this flag may be raised to.
 DEFAULT_MAX_PODS_PER_JOB = 1000
+# A job disrupted this often is failed: a spot pool reclaimed every few minutes would otherwise keep
+# it restarting for ever, with nothing telling its owner.
+DEFAULT_MAX_DISRUPTIONS_PER_JOB = 20
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class Settings:
     qps: float = 0.0
     # A job asking for more pods fails before any is built (tfop/core/lifecycle.py).
     max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB
+    # A pod stuck terminating on a lost node is force-deleted after this many seconds (0: never, the
+    # default). Unsafe where the node is only cut off: its containers may still run beside the new pod.
+    force_delete_lost_pods_after: float = 0.0
+    # Restarts a job's disruptions (preemption, eviction, lost nodes) may cause before it fails
+    # (DisruptionLimitExceeded); they never count against backoffLimit.
+    max_disruptions_per_job: int = DEFAULT_MAX_DISRUPTIONS_PER_JOB
     # Leader election on a coordination.k8s.io Lease (client-go's defaults, in seconds).
     leader_elect: bool = False
     leader_elect_lease_duration: float = 15.0

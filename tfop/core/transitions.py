@@ -5,7 +5,7 @@ counts nothing twice, and a pass that writes nothing new counts nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -19,6 +19,8 @@ class Transitions:
     succeeded: bool = False
     failed: bool = False
     restarts: int = 0  # members (or whole gangs) restarted in this pass
+    # the same by cause: failure, disruption, node_lost; and in_place, containers the kubelet restarted
+    restarts_by_reason: Mapping[str, int] = field(default_factory=dict)
     gang_waited: float | None = None  # seconds a gang waited, when all its members just started
 
 
@@ -47,7 +49,21 @@ def gang_waited(old: Mapping[str, Any], new: Mapping[str, Any], created: str | N
 
 def transitions(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None, now: datetime) -> Transitions:
     """`old` and `new`: the job's status before and after a pass; `created`: its creationTimestamp."""
-    restarts = int(new.get("restartCount") or 0) - int(old.get("restartCount") or 0)
+    by_reason = restarts_by_reason(old, new)
+    restarts = sum(n for reason, n in by_reason.items() if reason != "in_place")
     return Transitions(created=_became_true(old, new, CREATED), succeeded=_became_true(old, new, SUCCEEDED),
-                       failed=_became_true(old, new, FAILED), restarts=max(0, restarts),
+                       failed=_became_true(old, new, FAILED), restarts=restarts, restarts_by_reason=by_reason,
                        gang_waited=gang_waited(old, new, created, now))
+
+
+def _grew(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> int:
+    return max(0, int(new.get(key) or 0) - int(old.get(key) or 0))
+
+
+def restarts_by_reason(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, int]:
+    """Restarts in this pass by cause (tfop/core/failures.py keeps the counts in the status)."""
+    restarting = conditions.find(list(new.get("conditions") or []), conditions.RESTARTING) or {}
+    disrupted = "node_lost" if restarting.get("reason") == "NodeLost" else "disruption"
+    counts = {"failure": _grew(old, new, "restartCount"), disrupted: _grew(old, new, "disruptionCount"),
+              "in_place": _grew(old, new, "containerRestarts")}
+    return {reason: n for reason, n in counts.items() if n}

@@ -10,6 +10,7 @@ from tfop.api.constants import LABEL_INDEX, LABEL_TYPE
 from tfop.api.model import ReplicaSpec, TFJob, pod_name
 from tfop.core.context import Observed
 from tfop.core.indexes import parse_indexes
+from tfop.core.nodes import LostPod, lost_pods
 from tfop.core.ownership import claim
 
 KUBELET_RESTARTS = ("Always", "OnFailure")  # restart policies the kubelet carries out in place
@@ -39,6 +40,7 @@ class JobView:
     succeeded: bool  # as the chief, else the workers, tell
     running: bool
     kubelet_restarts: int  # container restarts the kubelet made, counted against backoffLimit
+    lost: tuple[LostPod, ...] = ()  # unfinished pods on nodes Kubernetes says are gone (tfop/core/nodes.py)
 
     @classmethod
     def of(cls, job: TFJob, obs: Observed, now: datetime) -> "JobView":
@@ -56,7 +58,7 @@ class JobView:
                    foreign={(o["kind"], o["metadata"]["name"]): o for c in claimed for o in c.foreign},
                    expected=tuple((r, i) for r in job.replicas for i in range(r.replicas)),
                    counts=counts, done=done, succeeded=succeeded, running=running,
-                   kubelet_restarts=_kubelet_restarts(job, own_pods))
+                   kubelet_restarts=_kubelet_restarts(job, own_pods), lost=lost_pods(own_pods, obs.nodes, now))
 
     def expected_names(self) -> list[str]:
         return [pod_name(self.job.name, r.type, i) for r, i in self.expected]

@@ -188,9 +188,10 @@ class KubeClient:
         return await self.request("PUT", path, obj, gated=gated)
 
     async def delete(self, api_version: str, plural: str, namespace: str | None, name: str,
-                     propagation: str | None = None) -> dict | None:
-        """Delete; an object already gone (404) counts as deleted."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation} if propagation else None
+                     propagation: str | None = None, grace_period: int | None = None) -> dict | None:
+        """Delete; an object already gone (404) counts as deleted. grace_period 0: at once (--force)."""
+        options = {k: v for k, v in (("propagationPolicy", propagation), ("gracePeriodSeconds", grace_period)) if v is not None}
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None
         try:
             return await self.request("DELETE", f"{collection_path(api_version, plural, namespace)}/{name}", body)
         except ApiError as err:

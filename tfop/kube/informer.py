@@ -148,7 +148,7 @@ class Cache:
     def __init__(self, api_version: str, kind: str, *,
                  key_of: Callable[[Mapping[str, Any]], Key | None] = no_key,
                  on_change: Callable[[Key], None] | None = None,
-                 on_gone: Callable[[Key, str], None] | None = None,
+                 on_gone: Callable[[Key, str, dict], None] | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
                  quiet: Callable[[dict, dict | None], bool] = only_version_moved,
                  trim: Callable[[Mapping[str, Any]], dict] = dict,
@@ -156,7 +156,7 @@ class Cache:
         self.api_version, self.kind, self.key_of = api_version, kind, key_of
         self.on_change = on_change or _nothing  # told the key of an object that changed
         self.quiet = quiet  # (new copy, the one it replaces): True when the key need not be told
-        self.on_gone = on_gone  # told once of each deleted object: its key and its name
+        self.on_gone = on_gone  # told once of each deleted object: its key, its name and its last copy as kept
         self.on_event = on_event  # told of every change: ("ADDED" | "MODIFIED" | "DELETED", object as kept)
         self.trim = trim
         self.clock = clock
@@ -240,11 +240,14 @@ class Cache:
         """Remember the deletion (a tombstone) and tell it, once."""
         self.tombstones.add(name, version_of(obj), _uid(obj))
         key = self.key_of(obj)
-        if key and self.on_gone is not None:
-            self.on_gone(key, name[1])
-        if self.on_event is not None:
+        kept = None
+        if (key and self.on_gone is not None) or self.on_event is not None:
             gone = dict(obj, apiVersion=obj.get("apiVersion") or self.api_version, kind=obj.get("kind") or self.kind)
-            self.on_event("DELETED", self.trim(gone))
+            kept = self.trim(gone)
+        if key and self.on_gone is not None:
+            self.on_gone(key, name[1], kept)
+        if self.on_event is not None:
+            self.on_event("DELETED", kept)
         if key:
             self.on_change(key)
 

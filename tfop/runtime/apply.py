@@ -47,6 +47,7 @@ class Applier:
         results = await asyncio.gather(
             self._create_in_batches(plan.create, plan.create_together),
             *(self._delete(record, ref) for ref in plan.delete),
+            *(self._delete(record, ref, grace_period=0) for ref in plan.force_delete),
             *(self._patch(ref, patch) for ref, patch in plan.patch))
         return [*results[0], *(r for r in results[1:] if r is not None)]
 
@@ -83,11 +84,12 @@ class Applier:
             return None
         return trim_child(found) if found else None
 
-    async def _delete(self, record: JobRecord, ref: Ref) -> FailedWrite | None:
+    async def _delete(self, record: JobRecord, ref: Ref, grace_period: int | None = None) -> FailedWrite | None:
         if ref.kind == "Pod":
             record.deleting.add(ref.name)
         try:
-            gone = await self.call(self.client.delete, ref.api_version, ref.plural, ref.namespace, ref.name)
+            gone = await self.call(self.client.delete, ref.api_version, ref.plural, ref.namespace, ref.name,
+                                   grace_period=grace_period)
         except Exception as err:  # noqa: BLE001
             return failed_write("delete", ref.kind, ref.name, err)
         informer = self.informers.get(ref.kind, self.groups)

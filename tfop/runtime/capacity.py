@@ -77,8 +77,9 @@ def wake_delay(now: float, woken_at: float) -> float:
 class ClusterRoom:
     def __init__(self, client: KubeClient, backend: GangBackend, namespaces: list[str | None] | None = None,
                  on_change: Callable[[JobKey], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 on_room_grew: Callable[[], None] = lambda: None):
-        self.clock, self.on_room_grew = clock, on_room_grew
+                 on_room_grew: Callable[[], None] = lambda: None,
+                 on_node: Callable[[str, Mapping[str, Any]], None] = lambda _event, _node: None):
+        self.clock, self.on_room_grew, self.on_node = clock, on_room_grew, on_node
         namespaces = namespaces or [None]
         self.nodes = Informer(client, "v1", "nodes", "Node", on_event=self._node_event, trim=trim_node,
                               optional=True)
@@ -158,6 +159,7 @@ class ClusterRoom:
         self._dirty = True
 
     def _node_event(self, event: str, node: Mapping[str, Any]) -> None:
+        self.on_node(event, node)  # the controller's too: a lost node loses its pods
         name = node["metadata"]["name"]
         self._stale.add(name)
         self._dirty = True

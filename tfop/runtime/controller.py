@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, Callable, Mapping
 
 from tfop.api import conditions
+from tfop.api.nodes import disruption
 from tfop.api.constants import KIND, LABEL_OPERATOR, OPERATOR_NAME, PLURAL
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
@@ -31,6 +32,7 @@ from tfop.runtime.capacity import ClusterRoom
 from tfop.kube.informer import Informer
 from tfop.kube.ticks import PACE
 from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
+from tfop.runtime.nodes import NodeHealth, jobs_on
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
 from tfop.kube.supervisor import first_of, stop_all
@@ -77,6 +79,25 @@ def wake_waiting_gangs(jobs: Mapping[JobKey, JobRecord], wake: Callable[[JobKey]
             wake(key)
 
 
+async def pods_before_admission(settings: Settings, backend: GangBackend | None, create) -> bool:
+    """Whether a gang's pods may be created before its group is admitted: never, always, or (auto) when
+    a dry-run pod of an unadmitted group is accepted (no admission webhook refuses it)."""
+    mode = settings.pods_before_admission_mode
+    probe = backend.admission_probe((list(settings.namespaces) or ["default"])[0]) if backend else None
+    if mode == "never" or probe is None:
+        return False
+    if mode == "auto":
+        try:
+            await create(probe, "pods", dry_run=True)
+        except ApiError as err:
+            log.info("a dry-run pod of a %s gang was refused (%s), perhaps by its admission webhook: a "
+                     "gang's pods are created once its group is admitted", backend.name, err)
+            return False
+        log.info("no admission webhook of %s refuses pods of an unadmitted group (dry-run pod accepted): a "
+                 "gang's pods are created with its group, and it is admitted and bound in one cycle", backend.name)
+    return True
+
+
 class Controller:
     def __init__(self, settings: Settings, client: KubeClient, backend: GangBackend | None,
                  templates: Templates | None = None, metrics: Metrics | None = None):
@@ -103,10 +124,15 @@ class Controller:
         shared = SharedParts()  # the parts every child of a template repeats, kept once
         self.groups = self.priorities = self.room = None
         pods = {"trim": partial(trim_child, shared=shared)}
+        # A node lost, back, deleted or tainted: a pass for every job with a pod on it.
+        self.nodes = NodeHealth(lambda node: [self.queue.add(k) for k in jobs_on(node, self.pods.objects.values(),
+                                                                                 label_key)])
         if self.backend is not None:
             wake = partial(wake_waiting_gangs, self.jobs, self.queue.add)  # no pass waits for the room
-            self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake)
+            self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake,
+                                    on_node=self.nodes.node_event)
             pods = self.room.counting_own_pods(pods["trim"])  # each pod watched once
+        self.nodes.watch(self.room.nodes if self.room else None)  # each node watched once
         child = partial(Informer, self.client, "v1", label_selector=f"{LABEL_OPERATOR}={OPERATOR_NAME}",
                         key_of=label_key, on_change=child_changed)
         self.pods = child("pods", "Pod", namespaces, on_gone=self._pod_gone, **pods)
@@ -141,30 +167,16 @@ class Controller:
             return  # our own status write coming back
         self.queue.add(key)
 
-    def _pod_gone(self, key: JobKey, name: str) -> None:
+    def _pod_gone(self, key: JobKey, name: str, last: Mapping[str, Any] | None) -> None:
         record = self.jobs.get(key)
         if record is not None:
-            record.pod_gone(name)
+            record.pod_gone(name, disrupted=bool(last and disruption(last)))
 
     # -- start --------------------------------------------------------------------
     async def decide_pods_before_admission(self) -> None:
         """Settle Context.pods_before_admission once, at start (see Settings.pods_before_admission_mode)."""
-        mode = self.settings.pods_before_admission_mode
-        namespace = (list(self.settings.namespaces) or ["default"])[0]
-        probe = self.backend.admission_probe(namespace) if self.backend else None
-        if mode == "never" or probe is None:
-            return
-        if mode == "auto":
-            try:
-                await self.call(self.client.create, probe, "pods", dry_run=True)
-            except ApiError as err:
-                log.info("a dry-run pod of a %s gang was refused (%s), perhaps by its admission webhook: a "
-                         "gang's pods are created once its group is admitted", self.backend.name, err)
-                return
-            log.info("no admission webhook of %s refuses pods of an unadmitted group (dry-run pod accepted): a "
-                     "gang's pods are created with its group, and it is admitted and bound in one cycle",
-                     self.backend.name)
-        self.ctx = replace(self.ctx, pods_before_admission=True)
+        if await pods_before_admission(self.settings, self.backend, partial(self.call, self.client.create)):
+            self.ctx = replace(self.ctx, pods_before_admission=True)
 
     async def run(self, leading: asyncio.Event | None = None) -> None:
         """Fill every cache, wait to lead (a standby keeps its caches warm), then reconcile.
@@ -198,10 +210,12 @@ class Controller:
         if self.priorities is not None:
             priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.objects.values()}
         explaining = self.room.observed(key, record.status()) if self.room else {}
-        return Observed(pods=self.pods.for_key(key), services=self.services.for_key(key),
+        job_pods = self.pods.for_key(key)
+        vanished, disrupted = record.take_vanished()
+        return Observed(pods=job_pods, services=self.services.for_key(key),
                         group=groups[0] if groups else None, priority_values=priorities,
-                        vanished=record.take_vanished(), refusals=record.refusals, refused_at=record.refused_at,
-                        **explaining)
+                        vanished=vanished, disrupted=disrupted, nodes=self.nodes.nodes_of(job_pods),
+                        refusals=record.refusals, refused_at=record.refused_at, **explaining)
 
     async def reconcile(self, key: JobKey) -> None:
         """One pass, timed and counted; one log line when it wrote something or failed."""
@@ -255,7 +269,7 @@ class Controller:
         if not conditions.is_finished(record.status().get("conditions") or []):
             # Level-triggered safety net: a running job is looked at again even if an event was lost.
             self.queue.add_after(key, RESYNC_SECONDS * (1 + 0.1 * random.random()))
-        wrote = plan.create or plan.delete or plan.patch or plan.events or plan.create_group or plan.status
+        wrote = plan.writes or plan.events
         return "applied" if wrote else "unchanged"
 
     def _wait_for_admission(self) -> None:

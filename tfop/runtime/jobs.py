@@ -49,6 +49,7 @@ class JobRecord:
     # for a lost gang member; and pods seen gone that it did not delete, until a pass reads them.
     deleting: set[str] = field(default_factory=set)
     vanished: set[str] = field(default_factory=set)
+    disrupted: set[str] = field(default_factory=set)  # of them, last seen with a DisruptionTarget condition
     # The resourceVersion our last status write answered with, until its watch event comes back.
     written_version: str = ""
     # The refusals that blocked the last pass that tried to create something, and when (Observed).
@@ -107,15 +108,19 @@ class JobRecord:
         held, self.held = self.held, None
         return held
 
-    def pod_gone(self, name: str) -> None:
+    def pod_gone(self, name: str, disrupted: bool = False) -> None:
         if name in self.deleting:
             self.deleting.discard(name)
         else:
             self.vanished.add(name)
+            if disrupted:
+                self.disrupted.add(name)
 
-    def take_vanished(self) -> frozenset[str]:
-        taken = frozenset(self.vanished)
+    def take_vanished(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(the pods seen gone that this operator did not delete, those of them the cluster ended)."""
+        taken = frozenset(self.vanished), frozenset(self.disrupted)
         self.vanished.clear()
+        self.disrupted.clear()
         return taken
 
 

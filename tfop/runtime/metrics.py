@@ -105,6 +105,9 @@ class Metrics:
         self.gang_wait = Histogram("tfop_gang_wait_seconds", "From a gang waiting (or its job created) to "
                                    "every member running", ["backend"], buckets=GANG_BUCKETS, registry=r)
         self.gang_restarts = Counter("tfop_gang_restarts", "Restarts of gang-scheduled jobs", ["backend"], registry=r)
+        self.restarts = Counter("tfop_restarts", "Restarts by cause: failure (counted against backoffLimit), "
+                                "disruption and node_lost (the cluster's: not counted), in_place (a container "
+                                "the kubelet restarted inside its pod)", ["job_namespace", "reason"], registry=r)
         self.leader = Gauge("tfop_leader", "1 while this replica reconciles (holds the Lease, or runs alone)",
                             registry=r)
 
@@ -130,6 +133,8 @@ class Metrics:
             self.jobs_restarted.labels(*labels).inc(changed.restarts)
             if backend:
                 self.gang_restarts.labels(backend).inc(changed.restarts)
+        for reason, count in changed.restarts_by_reason.items():
+            self.restarts.labels(namespace, reason).inc(count)
         if changed.gang_waited is not None and backend:
             self.gang_wait.labels(backend).observe(changed.gang_waited)
 

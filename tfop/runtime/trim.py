@@ -21,6 +21,7 @@ from tfop.api.quantity import parse_quantity
 KEEP_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
              "ownerReferences", "creationTimestamp")
 KEEP_CONDITION = ("type", "status", "reason", "message")
+MAX_NODE_MESSAGE = 256  # a node's Ready message, quoted in a job's sentence about its lost node
 # Upstream's older label keys, written on every child for clients that select by them and never
 # read back: 8 of a child's 12 labels, a fifth of a cached service.
 UNREAD_LABELS = frozenset({LEGACY_GROUP_LABEL, *(key for keys in LEGACY_LABELS.values() for key in keys)})
@@ -112,6 +113,9 @@ def trim_child(obj: Mapping[str, Any], keep_spec: bool = False, shared: SharedPa
            "metadata": trim_meta(obj.get("metadata") or {}, share)}
     if kind == "Pod":
         out["status"] = trim_pod_status(obj.get("status") or {}, share)
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and not keep_spec:  # where it runs: a lost node loses its pods (tfop/api/nodes.py)
+            out["spec"] = {"nodeName": intern(node)}
     elif kind != "Service":
         out["status"] = obj.get("status") or {}
     if keep_spec:
@@ -186,12 +190,18 @@ def trim_node(node: Mapping[str, Any]) -> dict:
     """A node as far as room for a pod goes: allocatable, Ready, cordoned, the taints that keep pods off,
     its labels."""
     status, spec = node.get("status") or {}, node.get("spec") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready = condition.get("status") == "True"
     taints = tuple((intern(t.get("key") or ""), t.get("value") or "", intern(t.get("effect") or ""))
                    for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))
     labels = _strings((node.get("metadata") or {}).get("labels"))  # for the pods' nodeSelector and affinity
+    # Ready's status, since when and why say whether the node is lost (tfop/api/nodes.py); its heartbeat
+    # times are not kept, so a heartbeat changes nothing kept.
+    health = {"readyStatus": intern(str(condition.get("status") or "Unknown")),
+              "readySince": condition.get("lastTransitionTime") or "",
+              "readyMessage": str(condition.get("message") or "")[:MAX_NODE_MESSAGE]}
     return {**trim_identity(node), "allocatable": _quantities(status.get("allocatable")), "ready": ready,
-            "unschedulable": bool(spec.get("unschedulable")), "taints": taints, "labels": labels}
+            "unschedulable": bool(spec.get("unschedulable")), "taints": taints, "labels": labels, **health}
 
 
 def trim_queue(queue: Mapping[str, Any]) -> dict:

@@ -12,7 +12,7 @@ import yaml
 
 from tfop import __version__
 from tfop.api.rules import MAX_JOB_REPLICAS
-from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB, Settings
+from tfop.core.settings import DEFAULT_MAX_DISRUPTIONS_PER_JOB, DEFAULT_MAX_PODS_PER_JOB, Settings
 from tfop.gang.registry import backend_from_flags, gang_enabled
 from tfop.tools.gang_flags import gang_options  # shared with `tfop manifests`: one meaning, one help
 
@@ -39,6 +39,17 @@ def cli() -> None:
               type=click.IntRange(1, MAX_JOB_REPLICAS),
               help="fail a job asking for more pods before building any (admission allows at most "
                    f"{MAX_JOB_REPLICAS}).")
+@click.option("--force-delete-lost-pods-after", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              metavar="SECONDS",
+              help="force-delete a job's pod stuck terminating on a lost node after this many seconds (0: never). "
+                   "RISK: where the node is only cut off from the network, not down, its containers keep running, "
+                   "and the new pod of the same name runs beside them: two copies of one TF task. By default tfop "
+                   "waits for Kubernetes to release the pod (the node tainted node.kubernetes.io/out-of-service, "
+                   "or deleted).")
+@click.option("--max-disruptions-per-job", default=DEFAULT_MAX_DISRUPTIONS_PER_JOB, show_default=True,
+              type=click.IntRange(0, 10000),
+              help="restarts a job's disruptions (preemption, eviction, lost nodes; never counted against "
+                   "backoffLimit) may cause before the job fails with DisruptionLimitExceeded.")
 @click.option("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
 @click.option("--health-probe-bind-address", default=":8081", show_default=True,
               help="address of /healthz and /readyz; 0 turns them off.")

@@ -313,8 +313,23 @@ def tfjob_schema(conv: _Converter) -> dict:
 
 
 def _waiting_schemas() -> dict:
-    """status.admission and status.gang: why a job waits (tfop/core/pending.py, admission.py)."""
+    """status.nodeLoss, status.admission and status.gang: why a job waits (tfop/core/nodes.py, pending.py,
+    admission.py)."""
     return {
+        "nodeLoss": _d("While pods of the job are on nodes Kubernetes says are gone: which, and what "
+                       "ends the wait.", {
+            "type": "object",
+            "properties": {
+                "node": _str("The first lost node."),
+                "nodes": {"type": "array", "items": {"type": "string"}, "maxItems": 10,
+                          "description": "Every lost node the job's pods are on (at most 10)."},
+                "pods": {"type": "array", "items": {"type": "string"}, "maxItems": 10,
+                         "description": "The job's pods on them (at most 10)."},
+                "reason": _str("NodeUnreachable, NodeNotReady, NodeDeleted, NodeOutOfService or "
+                               "DeletionByTaintManager."),
+                "message": _str("What the job waits for, and the command that ends the wait."),
+                "since": _time("When tfop first saw these nodes lost."),
+            }}),
         "admission": _d("While Kueue holds the job (suspended until its Workload is admitted): why.", {
             "type": "object",
             "properties": {
@@ -375,7 +390,14 @@ def _status_schema(conv: _Converter) -> dict:
             "completionTime": _time("When the job succeeded or failed."),
             "lastReconcileTime": _time("When the operator last reconciled the job."),
             "ready": _str("Ready pods of all pods, e.g. 3/5."),
-            "restartCount": _int32("Restarts counted against runPolicy.backoffLimit."),
+            "restartCount": _int32("Restarts for failures, counted against runPolicy.backoffLimit."),
+            "disruptionCount": _int32(
+                "Restarts the cluster caused (a pod's DisruptionTarget: preemption, eviction, the taint "
+                "manager, PodGC, node pressure; a gang member on a lost node): never counted against "
+                "backoffLimit; the job fails past `tfop run --max-disruptions-per-job`."),
+            "containerRestarts": _int32(
+                "Containers the kubelet restarted in place in the job's current pods (restartPolicy OnFailure "
+                "or Always), counted against backoffLimit; neither the pod nor the gang restarts for them."),
             "succeededIndexes": _d(
                 "Per replica type, the indices whose pod succeeded, as ranges (e.g. \"0-3,7\"): "
                 "such a pod, deleted later (completed-pod garbage collection, eviction), is not "
