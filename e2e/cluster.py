@@ -433,22 +433,30 @@ class Cluster:
         an admin added (node.kubernetes.io/out-of-service) are left for the caller to remove."""
         self._set_kwok_management(name, "fake")
         if wait:
-            self._wait(f"node {name} Ready again, without the {UNREACHABLE_TAINT} taint",
-                       lambda: _node_recovered(self._node(name)), timeout, "kube-controller-manager")
+            self._wait_node(name, f"Ready again, without the {UNREACHABLE_TAINT} taint", _node_recovered, timeout)
 
     def wait_node_lost(self, name: str, timeout: float | None = None) -> dict:
         """Wait until the node lifecycle controller has marked node `name` Ready Unknown and
         tainted it unreachable (NoSchedule and NoExecute); returns the node. Default timeout: the
         grace period (the cluster's, or 50 s) plus 30 s."""
         grace = self.state.get("node_monitor_grace_period") or 50
-        got: dict = {}
+        return self._wait_node(name, f"Ready Unknown and tainted {UNREACHABLE_TAINT}", _node_lost,
+                               timeout if timeout is not None else grace + 30)
 
-        def lost() -> bool:
-            got["node"] = self._node(name)
-            return _node_lost(got["node"])
-        self._wait(f"node {name} Ready Unknown and tainted {UNREACHABLE_TAINT}", lost,
-                   timeout if timeout is not None else grace + 30, "kube-controller-manager")
-        return got["node"]
+    def _wait_node(self, name: str, what: str, pred, timeout: float) -> dict:
+        """Wait until pred(node) holds; on timeout the error shows the node's Ready condition and taints."""
+        seen: dict = {}
+
+        def holds() -> bool:
+            seen["node"] = self._node(name)
+            return pred(seen["node"])
+        try:
+            self._wait(f"node {name} {what}", holds, timeout, "kube-controller-manager")
+        except ClusterError as e:
+            node = seen.get("node") or {}
+            raise ClusterError(f"{e}\nnode {name} last seen: Ready {_ready_status(node)}, taints "
+                               f"{node.get('spec', {}).get('taints')}") from None
+        return seen["node"]
 
     def _set_kwok_management(self, name: str, value: str) -> None:
         """Set node `name`'s kwok.x-k8s.io/node annotation to `value` ("fake": kwok's, anything
