@@ -185,7 +185,7 @@ def assert_settles(job, plan, obs, now, ctx, problems):
     the next pass on what it wrote: the runtime does not look again when its own status write comes back
     (JobRecord.take_event), nor for the answers of its own creates (Applier). A pass that had more to
     create than it may at once asks for the next pass itself (requeue_after 0)."""
-    if plan.delete or plan.patch or plan.delete_job or plan.requeue_after == 0:
+    if plan.delete or plan.force_delete or plan.patch or plan.delete_job or plan.requeue_after == 0:
         return
     if plan.status is None and not plan.create and plan.create_group is None:
         return

@@ -153,6 +153,7 @@ class FakeCluster:
         # served: (api_version, plural) discovery lists; keeps_scheduling_group: the gate, or an error
         self._served, self._keeps = set(served), keeps_scheduling_group
         self._leases, self._pods, self.bindings = list(leases), list(pods), bindings or {}
+        self.jobs: list[dict] = []
         # operator: (Deployment, its pods, its Lease); args: a Deployment with these args alone
         self.operator = operator or ((_deployment(args=args), [], None) if args is not None else (None, [], None))
 
@@ -176,6 +177,9 @@ class FakeCluster:
 
     def leases(self):
         return self._leases
+
+    def tfjobs(self):
+        return self.jobs
 
     def running_pods(self):
         return self._pods
@@ -243,6 +247,22 @@ def test_run_checks_finds_each_problem():
     by_title = {c.title: c for c in checks}
     assert by_title["scheduler 'volcano' is running"].ok is False
     assert by_title["scheduler's ServiceAccount may list the gang's group objects"].ok is None
+
+
+def test_run_checks_names_each_job_waiting_on_a_lost_node_and_the_command():
+    volcano, _ = registry.load_backend("volcano")
+    cluster = _healthy(volcano)
+    waiting = {"node": "gpu-7", "pods": ["a-worker-1"], "reason": "NodeUnreachable", "since": "2026-11-30T10:00:00Z",
+               "message": "... run `kubectl taint nodes gpu-7 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`"}
+    done = {"conditions": [{"type": "Succeeded", "status": "True"}], "nodeLoss": waiting}
+    cluster.jobs = [{"metadata": {"namespace": "ml", "name": "a"}, "status": {"nodeLoss": waiting}},
+                    {"metadata": {"namespace": "ml", "name": "b"}, "status": {}},
+                    {"metadata": {"namespace": "ml", "name": "c"}, "status": done}]
+    checks = doctor.run_checks(cluster, volcano, now=NOW)
+    failed = [c for c in checks if c.ok is False]
+    assert [c.title for c in failed] == ["TFJob ml/a waits on lost node gpu-7"]
+    assert "kubectl taint nodes gpu-7 node.kubernetes.io/out-of-service" in doctor.format_report(checks)
+    assert doctor.exit_code(checks) == 1
 
 
 def test_run_checks_without_gang():

@@ -4,7 +4,8 @@ Checks the CRDs, asks the apiserver (SubjectAccessReview) whether the
 operator's ServiceAccount may do each thing it needs, whether the installed
 operator runs (operator_health: replicas Ready, one leading), looks for a running
 scheduler answering to the pods' schedulerName, and whether that scheduler's
-own ServiceAccount may list the gang's group objects. Every RBAC failure comes
+own ServiceAccount may list the gang's group objects, and which TFJobs wait on lost nodes (with the
+command that ends each wait). Every RBAC failure comes
 with the minimal rule to add, never a wildcard. The pure half (rule
 suggestions, scheduler evidence, report text) is separate from the API calls.
 """
@@ -16,6 +17,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import yaml
 
+from tfop.api import conditions
+from tfop.api.constants import GROUP, PLURAL
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang import registry
 from tfop.gang.base import GangBackend
@@ -232,6 +235,9 @@ class Cluster:
     def leases(self) -> list[dict]:
         return self._dicts(self.coord.list_lease_for_all_namespaces().items)
 
+    def tfjobs(self) -> list[dict]:
+        return self._client.CustomObjectsApi(self.api).list_cluster_custom_object(GROUP, "v1", PLURAL)["items"]
+
     def running_pods(self) -> list[dict]:
         return self._dicts(self.core.list_pod_for_all_namespaces(
             field_selector="status.phase=Running").items)
@@ -394,7 +400,31 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = D
     running, evidence = scheduler_check(cluster, expected_scheduler(backend, scheduler_name), now)
     checks.append(running)
     checks += scheduler_rbac_check(cluster, backend, scheduler_service_account or evidence.service_account)
-    return checks
+    return checks + lost_node_checks(cluster)
+
+
+def lost_node_checks(cluster: Cluster) -> list[Check]:
+    """One failing check per TFJob whose pods are on a lost node (status.nodeLoss), with the operator's
+    sentence of what ends the wait; none when no job waits."""
+    try:
+        jobs = cluster.tfjobs()
+    except Exception as err:  # doctor's user may not list TFJobs; the other checks still stand
+        return [Check("no TFJob waits on a lost node", None, f"could not list TFJobs: {_forbidden(err)}")]
+    return waiting_on_lost_nodes(jobs)
+
+
+def waiting_on_lost_nodes(jobs: Iterable[Mapping[str, Any]], most: int = 20) -> list[Check]:
+    checks = []
+    for job in jobs:
+        status, meta = job.get("status") or {}, job.get("metadata") or {}
+        loss = status.get("nodeLoss") or {}
+        if not loss or conditions.is_finished(list(status.get("conditions") or [])):
+            continue
+        pods = ", ".join(loss.get("pods") or [])
+        checks.append(Check(f"TFJob {meta.get('namespace')}/{meta.get('name')} waits on lost node {loss.get('node')}",
+                            False, f"{loss.get('reason')}: pods {pods} (since {loss.get('since')})",
+                            loss.get("message") or ""))
+    return checks[:most]
 
 
 def _other_backend_hint(crds: set[str]) -> str:
