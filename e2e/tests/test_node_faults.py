@@ -128,11 +128,11 @@ def lost(cluster, node: str):
         cluster.recover_node(node)
 
 
-def wait_lost(cluster, node: str) -> float:
-    """Wait until the node is Ready Unknown and tainted unreachable; returns when that was seen."""
+def wait_lost(cluster, node: str) -> datetime:
+    """Wait until the node is Ready Unknown and tainted unreachable; returns when it went Unknown."""
     got = cluster.wait_node_lost(node)
     assert any(t["key"] == UNREACHABLE_TAINT for t in got["spec"]["taints"]), got["spec"]
-    return time.monotonic()
+    return ready_since(got)
 
 
 def survivors_gone(api: Api, ns: str, name: str, uids: dict[str, str]):
@@ -175,11 +175,13 @@ def test_gang_member_on_lost_node_restarts_gang_and_waits_for_out_of_service(fau
         seen = describe(api, ns, name)
 
         with lost(cluster, node):
-            t_lost = wait_lost(cluster, node)
+            lost_at = wait_lost(cluster, node)
             survivors = {n: uid for n, uid in uids.items() if n != victim}
             wait_until(survivors_gone(api, ns, name, survivors), REACTS_SECONDS,
                        f"the survivors {sorted(survivors)} deleted once {node} is lost", seen)
-            print(f"survivors gone {time.monotonic() - t_lost:.1f}s after {node} was seen lost")
+            took = (datetime.now(timezone.utc) - lost_at).total_seconds()
+            print(f"survivors gone {took:.1f}s after {node}'s Ready condition went Unknown")
+            assert took < REACTS_SECONDS + 1, f"the survivors went {took:.1f}s after the node's loss"  # stamps: whole s
 
             def restarting() -> dict | None:
                 status = status_of(api, ns, name)
@@ -251,8 +253,7 @@ def test_force_delete_lost_pods_after_opt_in(fault_cluster, api, ns):
         seen = describe(api, ns, name)
 
         with lost(cluster, node):
-            wait_lost(cluster, node)
-            lost_at = ready_since(cluster._node(node))
+            lost_at = wait_lost(cluster, node)
 
             def deleted_at() -> datetime | None:
                 pod = pods_of(api, ns, name).get(victim) or {}
@@ -293,18 +294,18 @@ def test_gang_off_pod_on_lost_node_is_not_deleted_early(fault_cluster, api, ns):
 
         with lost(cluster, node):
             wait_lost(cluster, node)
-
-            def said() -> dict | None:
-                loss = status_of(api, ns, name).get("nodeLoss") or {}
-                return loss if loss.get("node") == node else None
-            loss = wait_until(said, REACTS_SECONDS, f"status.nodeLoss naming {node}", seen)
-            assert node in loss.get("message", "") and victim in loss.get("message", ""), loss
             hold_until = time.monotonic() + STUCK_WINDOW
             while time.monotonic() < hold_until:  # no early delete, of it or of the other worker
                 pods = pods_of(api, ns, name)
                 assert {n: (pod["metadata"]["uid"], bool(pod["metadata"].get("deletionTimestamp")))
                         for n, pod in pods.items()} == {n: (uid, False) for n, uid in uids.items()}, seen()
                 time.sleep(1)
+
+            def said() -> dict | None:
+                loss = status_of(api, ns, name).get("nodeLoss") or {}
+                return loss if loss.get("node") == node else None
+            loss = wait_until(said, REACTS_SECONDS, f"status.nodeLoss naming {node}", seen)
+            assert node in loss.get("message", "") and victim in loss.get("message", ""), loss
         wait_until(lambda: not status_of(api, ns, name).get("nodeLoss"), REACTS_SECONDS,
                    f"status.nodeLoss gone once {node} is back", seen)
         pods = pods_of(api, ns, name)
