@@ -159,9 +159,12 @@ def test_without_a_gang_a_pod_the_cluster_deleted_is_counted_as_a_disruption():
     job = with_status(job, **running_status())
     pods = all_pods(job, worker_1=None)
     plan = run(job, Observed(pods=pods, services=all_services(job), vanished=frozenset({"tf-job-worker-1"}),
-                             disrupted=frozenset({"tf-job-worker-1"})))
+                             disrupted={"tf-job-worker-1": "DeletionByTaintManager"}))
     assert [p["metadata"]["name"] for p in plan.create if p["kind"] == "Pod"] == ["tf-job-worker-1"]
     assert plan.status["disruptionCount"] == 1
+    said = [e.message for e in plan.events if e.reason == "Disrupted"]
+    assert len(said) == 1 and "tf-job-worker-1 (deleted by the cluster: DisruptionTarget DeletionByTaintManager)" \
+        in said[0], said
 
 
 def test_a_gang_member_evicted_restarts_the_gang_as_a_disruption():

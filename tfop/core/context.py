@@ -21,7 +21,7 @@ class Observed:
     # Pods seen deleted by someone else (not the operator) since the last reconcile, and of them those
     # last seen with a DisruptionTarget condition (the cluster ended them: tfop/api/nodes.py).
     vanished: frozenset[str] = frozenset()
-    disrupted: frozenset[str] = frozenset()
+    disrupted: Mapping[str, str] = field(default_factory=dict)  # name -> the DisruptionTarget reason
     # The nodes the job's pods are on, as the node informer keeps them (None: the node is deleted);
     # None as a whole while nodes cannot be read (no informer yet, or the role does not grant it).
     nodes: Mapping[str, Mapping[str, Any] | None] | None = None

@@ -125,7 +125,7 @@ def _restart_gang(draft: Draft, ctx: Context, restartable: list[Pod], failed_awa
             reason = event = NODE_LOST
         else:
             message = (f"TFJob {view.id} restarts its whole gang because of a disruption: "
-                       f"{_disrupted_text(disrupted, disrupted_away)}{tail}.")
+                       f"{_disrupted_text(disrupted, disrupted_away, view.obs.disrupted)}{tail}.")
             reason, event = DISRUPTED, "GangRestart"
     draft.delete_pods(lambda pod: True)
     draft.status[SUCCEEDED_INDEXES] = {}  # the gang starts again whole: every member runs again
@@ -154,7 +154,7 @@ def _restart_pods(draft: Draft, ctx: Context, restartable: list[Pod], disrupted:
         draft.condition(RESTARTING, True, REASON[RESTARTING], message)
     if wanted:
         count = _count_disruption(draft, wanted)
-        message = (f"TFJob {view.id} restarts {_disrupted_text(disrupted, disrupted_away)}: disruption {count} of at "
+        message = (f"TFJob {view.id} restarts {_disrupted_text(disrupted, disrupted_away, view.obs.disrupted)}: disruption {count} of at "
                    f"most {ctx.settings.max_disruptions_per_job}, not counted against backoffLimit.")
         draft.event("Warning", DISRUPTED, message)
         if not (restartable or failed_away):
@@ -162,9 +162,9 @@ def _restart_pods(draft: Draft, ctx: Context, restartable: list[Pod], disrupted:
     return True
 
 
-def _disrupted_text(disrupted: list[Pod], away: list[str]) -> str:
+def _disrupted_text(disrupted: list[Pod], away: list[str], reasons: Mapping[str, str]) -> str:
     said = [f"{pods.name(p)} (ended by the cluster: DisruptionTarget {disruption(p)})" for p in disrupted]
-    said += [f"{name} (deleted by the cluster: DisruptionTarget)" for name in away]
+    said += [f"{name} (deleted by the cluster: DisruptionTarget {reasons.get(name)})" for name in away]
     return ", ".join(said)
 
 

@@ -170,7 +170,7 @@ class Controller:
     def _pod_gone(self, key: JobKey, name: str, last: Mapping[str, Any] | None) -> None:
         record = self.jobs.get(key)
         if record is not None:
-            record.pod_gone(name, disrupted=bool(last and disruption(last)))
+            record.pod_gone(name, disruption(last) if last else None)
 
     # -- start --------------------------------------------------------------------
     async def decide_pods_before_admission(self) -> None:

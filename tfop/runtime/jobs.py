@@ -49,7 +49,7 @@ class JobRecord:
     # for a lost gang member; and pods seen gone that it did not delete, until a pass reads them.
     deleting: set[str] = field(default_factory=set)
     vanished: set[str] = field(default_factory=set)
-    disrupted: set[str] = field(default_factory=set)  # of them, last seen with a DisruptionTarget condition
+    disrupted: dict[str, str] = field(default_factory=dict)  # of them, last seen with a DisruptionTarget: its reason
     # The resourceVersion our last status write answered with, until its watch event comes back.
     written_version: str = ""
     # The refusals that blocked the last pass that tried to create something, and when (Observed).
@@ -108,19 +108,19 @@ class JobRecord:
         held, self.held = self.held, None
         return held
 
-    def pod_gone(self, name: str, disrupted: bool = False) -> None:
+    def pod_gone(self, name: str, disruption: str | None = None) -> None:
         if name in self.deleting:
             self.deleting.discard(name)
         else:
             self.vanished.add(name)
-            if disrupted:
-                self.disrupted.add(name)
+            if disruption:
+                self.disrupted[name] = disruption
 
-    def take_vanished(self) -> tuple[frozenset[str], frozenset[str]]:
-        """(the pods seen gone that this operator did not delete, those of them the cluster ended)."""
-        taken = frozenset(self.vanished), frozenset(self.disrupted)
-        self.vanished.clear()
-        self.disrupted.clear()
+    def take_vanished(self) -> tuple[frozenset[str], dict[str, str]]:
+        """(the pods seen gone that this operator did not delete, those of them the cluster ended: the
+        reason of their DisruptionTarget)."""
+        taken = frozenset(self.vanished), self.disrupted
+        self.vanished, self.disrupted = set(), {}
         return taken
 
 
