@@ -22,6 +22,7 @@ import pytest
 
 from e2e.cluster import GPU_RESOURCE, OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT
 from e2e.pytest_plugin import own_cluster
+from e2e.tfop_operator import OPERATOR_NAMESPACE
 from e2e.tests.gang_helpers import (
     Api,
     condition,
@@ -143,6 +144,16 @@ def survivors_gone(api: Api, ns: str, name: str, uids: dict[str, str]):
     return gone
 
 
+def deletes_by(cluster, since: int, account: str, ns: str, pod: str) -> list[dict]:
+    """The DELETE requests of pod ns/pod by tfop's ServiceAccount `account` in the audit log since a
+    byte offset (PodGC's are kube-system's, which the audit policy leaves out)."""
+    user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+    return [e for e in cluster.audit_entries(since)
+            if e.get("verb") == "delete" and (e.get("user") or {}).get("username") == user
+            and (e.get("objectRef") or {}).get("resource") == "pods"
+            and (e.get("objectRef") or {}).get("namespace") == ns and (e.get("objectRef") or {}).get("name") == pod]
+
+
 def running_elsewhere(api: Api, job: dict, lost_node: str, old_uids: dict[str, str]) -> dict[str, str]:
     """Every pod Running again, new, and none on the lost node."""
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
@@ -162,7 +173,7 @@ def test_gang_member_on_lost_node_restarts_gang_and_waits_for_out_of_service(fau
     default) and the job says how to end the wait; the out-of-service taint lets PodGC release it,
     and the gang runs again elsewhere and succeeds. The node then recovers."""
     cluster = fault_cluster
-    with gpu_pool(cluster, api, ns) as p, operator(cluster, ns, GANG):
+    with gpu_pool(cluster, api, ns) as p, operator(cluster, ns, GANG) as op:
         p.add(4, gpus=1)
         job = gpu_job(ns, "lost-node", p, workers=3, restart_policy="ExitCode")
         name = job["metadata"]["name"]
@@ -174,6 +185,7 @@ def test_gang_member_on_lost_node_restarts_gang_and_waits_for_out_of_service(fau
         node = before[victim]["spec"]["nodeName"]
         seen = describe(api, ns, name)
 
+        audit_from = cluster.audit_offset()
         with lost(cluster, node):
             lost_at = wait_lost(cluster, node)
             survivors = {n: uid for n, uid in uids.items() if n != victim}
@@ -219,6 +231,9 @@ def test_gang_member_on_lost_node_restarts_gang_and_waits_for_out_of_service(fau
             wait_until(survivors_gone(api, ns, name, {victim: uids[victim]}), PODGC_SECONDS,
                        f"PodGC releasing {victim} once {node} is out of service", seen)
             print(f"{victim} released {time.monotonic() - t_taint:.1f}s after the out-of-service taint")
+            # tfop deleted it once, with the gang (gracefully: it stayed); PodGC did the rest.
+            assert len(deletes_by(cluster, audit_from, op.account, ns, victim)) == 1, \
+                deletes_by(cluster, audit_from, op.account, ns, victim)
             running_elsewhere(api, job, node, uids)
             wait_until(lambda: not status_of(api, ns, name).get("nodeLoss"), REACTS_SECONDS,
                        "status.nodeLoss gone once no pod is on a lost node", seen)
@@ -239,7 +254,7 @@ def test_force_delete_lost_pods_after_opt_in(fault_cluster, api, ns):
     node after that long, says so in a ForceDeleted Event, and the gang runs again elsewhere."""
     cluster = fault_cluster
     with gpu_pool(cluster, api, ns) as p, \
-            operator(cluster, ns, GANG, ["--force-delete-lost-pods-after", str(FORCE_AFTER)]):
+            operator(cluster, ns, GANG, ["--force-delete-lost-pods-after", str(FORCE_AFTER)]) as op:
         p.add(3, gpus=1)
         # The wait is measured from the later of the node's loss and the pod's deletionTimestamp, which
         # is the end of its grace period (30 s by default): 1 s keeps the test short.
@@ -252,6 +267,7 @@ def test_force_delete_lost_pods_after_opt_in(fault_cluster, api, ns):
         node = pods_of(api, ns, name)[victim]["spec"]["nodeName"]
         seen = describe(api, ns, name)
 
+        audit_from = cluster.audit_offset()
         with lost(cluster, node):
             lost_at = wait_lost(cluster, node)
 
@@ -266,6 +282,9 @@ def test_force_delete_lost_pods_after_opt_in(fault_cluster, api, ns):
             print(f"{victim} force-deleted {waited:.1f}s after the later of its node's loss and its deletionTimestamp")
             # Both stamps are whole seconds, rounded down.
             assert waited >= FORCE_AFTER - 1, f"force-deleted after {waited:.1f}s, sooner than {FORCE_AFTER}s"
+            # tfop's two deletes: with the gang, then the force-delete (nothing else releases it here).
+            assert len(deletes_by(cluster, audit_from, op.account, ns, victim)) == 2, \
+                deletes_by(cluster, audit_from, op.account, ns, victim)
             forced = events(api, ns, "ForceDeleted", name)
             assert forced and forced[0]["type"] == "Warning", forced
             assert victim in forced[0]["message"] and node in forced[0]["message"], forced[0]
