@@ -468,6 +468,25 @@ class Cluster:
         self.kubectl("annotate", "node", name, "--overwrite", f"{KWOK_NODE_ANNOTATION}={value}")
         self.restart("kwok")
 
+    # ---------- the real node's kubelet ----------
+
+    def stop_kubelet(self) -> None:
+        """Stop the real node's kubelet for good, as one that crashed: its pods' containers keep
+        running under containerd, but nothing renews the node's Lease or reports its pods, so the
+        node lifecycle controller marks the node lost after --node-monitor-grace-period
+        (wait_node_lost(realnode.NODE_NAME)). start_kubelet() brings it back."""
+        if not self.state.get("real_nodes"):
+            raise ClusterError("this cluster has no real node")
+        self.stop_component("kubelet")
+
+    def start_kubelet(self, timeout: float = 90) -> None:
+        """Start the real node's kubelet again (the same command line, root dir and certificates)
+        and wait until the node is Ready without the unreachable taint. It takes up the containers
+        it finds and ends those of pods deleted while it was away."""
+        self.start_component("kubelet", timeout)
+        self._wait_node(realnode.NODE_NAME, f"Ready again, without the {UNREACHABLE_TAINT} taint", _node_recovered,
+                        timeout)
+
     def _node(self, name: str) -> dict:
         return json.loads(self.kubectl("get", "node", name, "-o", "json").stdout)
 
