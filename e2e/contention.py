@@ -3,7 +3,8 @@
     python -m e2e.contention [--trials N] [--seed S]
                              [--scheduler volcano|scheduler-plugins|koordinator|kubernetes[,...]]
                              [--gang on|off|both] [--jobs J] [--out DIR] [--dir CLUSTER_DIR]
-                             [--scenario stream|preemption] [--volcano-conf preempt|no-enqueue|no-gang-veto]
+                             [--scenario stream|preemption|node-loss] [--volcano-conf preempt|no-enqueue|no-gang-veto]
+                             [--tfop worktree|COMMIT] [--baseline COMMIT|worktree] [--admin-after S]
 
 Each trial draws, from the seed, a cluster (3-6 kwok nodes of 1, 2 or 4 GPUs) and a stream of
 TFJobs (e2e.contention_lib.draw_trial), and runs the same stream with tfop's gang scheduling on
@@ -14,17 +15,24 @@ makes no progress before every worker is up. A watch on pods and TFJobs feeds th
 
 --scenario preemption: low-priority gangs fill the cluster, then a high-priority gang arrives
 (contention_lib.draw_preemption_trial, PreemptionRun); it measures gangs broken by preemption.
+
+--scenario node-loss: the stream with gangs on, and a node holding a running gang's members stops
+heartbeating (contention_lib.draw_node_loss_trial, NodeLossRun); two operators, --tfop and
+--baseline, each on a cluster of its own at the same time; it measures the GPUs held by gangs that
+cannot progress and how soon the gang runs whole again elsewhere.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,12 +42,15 @@ import aiohttp
 from e2e import build
 from e2e.bench import machine
 from e2e.bench_lib import Admin
-from e2e.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, Cluster, components_for,
-                         volcano_conf)
-from e2e.contention_lib import (HIGH_PRIORITY, PREEMPT_RUN_HEAD, PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD,
-                                SUMMARY_HEAD, Ledger, Trial, draw_preemption_trial, draw_trial, fmt, md_table, plot,
-                                preempt_run_row, preempt_summary_row, run_row, summary_row)
+from e2e.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, OUT_OF_SERVICE_TAINT,
+                         UNREACHABLE_TAINT, Cluster, components_for, volcano_conf)
+from e2e.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
+                                PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD, SUMMARY_HEAD, Ledger, Trial,
+                                draw_node_loss_trial, draw_preemption_trial, draw_trial, fmt, md_table,
+                                node_loss_run_row, node_loss_summary_row, plot, plot_node_loss, preempt_run_row,
+                                preempt_summary_row, run_row, summary_row)
 from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
+from e2e.tests.gang_helpers import ScopedOperator, wait_until
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError
 
@@ -222,6 +233,13 @@ class StreamRun:
             self.ledger.submit(time.monotonic(), spec.name)
             await self.client.create(tfjob(spec, self.ns), "tfjobs")
 
+    def side_tasks(self) -> list:
+        """Coroutines a scenario runs beside the stream, from the run's start (t0) to its end."""
+        return []
+
+    def check_stuck(self, now: float) -> str | None:
+        return self.ledger.stuck(now)
+
     async def run(self, timeout: float) -> dict:
         ready = [asyncio.Event(), asyncio.Event()]
         watches = [asyncio.create_task(follow(self.client, "v1", "pods", self.ns, self.on_pod, ready[0])),
@@ -230,6 +248,7 @@ class StreamRun:
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 60)
         self.ledger = Ledger(self.ledger.nodes, self.specs, time.monotonic())  # t0: the watches are up
         submitter = asyncio.create_task(self.submit())
+        watches += [asyncio.create_task(c) for c in self.side_tasks()]
         outcome = "timeout"
         while time.monotonic() - self.ledger.t0 < timeout:
             await asyncio.sleep(TICK_S)
@@ -240,7 +259,7 @@ class StreamRun:
             if submitter.done() and len(self.ledger.ended) == len(self.specs):
                 outcome = "finished"
                 break
-            stuck = self.ledger.stuck(now)
+            stuck = self.check_stuck(now)
             if stuck:
                 outcome = stuck
                 break
@@ -314,6 +333,178 @@ class PreemptionRun(StreamRun):
         return result
 
 
+SURVIVOR_EXIT_GRACE_S = 2.0  # Cluster.lose_node restarts kwok in about 1.5 s
+
+
+class NodeLossRun(StreamRun):
+    """The node-loss scenario (contention_lib.draw_node_loss_trial): the stream, and once the lost
+    gang (NodeLoss.job) runs whole, after a seeded part of its run time, one of the nodes holding its
+    members stops heartbeating (Cluster.lose_node). Training on every gang with a member there
+    hangs from then on (their exits are put off, as the preemption scenario's broken gangs'), until
+    the gang runs whole again on live nodes, when it runs its full run time anew. The harness plays
+    the admin: `admin_after_s` after the node is seen NotReady or Unknown, it taints the node
+    out-of-service (non-graceful node shutdown), and PodGC force-deletes its pods."""
+
+    def __init__(self, client, namespace: str, trial: Trial, nodes: dict[str, int], cluster: Cluster,
+                 admin_after_s: float):
+        super().__init__(client, namespace, trial, nodes)
+        self.cluster, self.admin_after_s, self.loss = cluster, admin_after_s, trial.node_loss
+        self.stall_broken = True
+        self.victim = self.specs[self.loss.job]
+        self.pod_node: dict[str, str] = {}  # uid -> node
+        self.lost_node: str | None = None
+        self.t_loss: float | None = None
+        self.times: dict[str, float] = {}  # what happened to the lost node -> when (monotonic)
+        self.hit: dict[str, dict[str, float]] = {}  # job with a member on the lost node -> its milestones
+        self.stalled_at_loss: set[str] = set()  # uids whose exit the loss put off
+        self.victim_whole = asyncio.Event()
+        self.node_down = asyncio.Event()
+        self.job_status: dict[str, dict] = {}
+
+    # -- events ---------------------------------------------------------------------------------
+    def on_pod(self, etype: str, pod: dict) -> None:
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        job, uid = (meta.get("labels") or {}).get(LABEL_JOB), meta["uid"]
+        if job not in self.specs:
+            return
+        if spec.get("nodeName"):
+            self.pod_node[uid] = spec["nodeName"]
+        node, now = self.pod_node.get(uid), time.monotonic()
+        if self.lost_node and node == self.lost_node and job not in self.ledger.ended:
+            self.hit.setdefault(job, {})  # also a gang placed there after the loss, before NotReady
+        super().on_pod(etype, pod)
+        if job not in self.hit or job in self.ledger.ended:
+            return
+        marks = self.hit[job]
+        deleting = etype == "DELETED" or meta.get("deletionTimestamp")
+        if deleting and node and node != self.lost_node and status.get("phase") != "Succeeded":
+            marks.setdefault("survivors_deleted", now)  # by the operator: its reaction to the loss
+        if deleting and node == self.lost_node:
+            marks.setdefault("lost_pods_deleting", now)
+        # A harness fault: a member whose exit was put off ran to its end anyway (a member that was
+        # exiting at the loss may finish within kwok's restart: not one).
+        if status.get("phase") == "Succeeded" and uid in self.stalled_at_loss and "whole_again" not in marks \
+                and self.t_loss is not None and now - self.t_loss > SURVIVOR_EXIT_GRACE_S:
+            marks.setdefault("survivor_exited", now)
+        if not any(p.job == job and p.node == self.lost_node and not p.gone for p in self.ledger.pods.values()):
+            marks.setdefault("lost_pods_gone", now)
+
+    def mark_when_all_run(self, job: str) -> None:
+        pods = self.running[job]
+        for uid in [u for u in pods if self.lost_node and self.pod_node.get(u) == self.lost_node]:
+            pods.pop(uid)  # nothing runs on a lost node (its phase stays Running: no kubelet reports)
+        if len(pods) >= self.specs[job].pods:
+            if job == self.victim.name:
+                self.victim_whole.set()
+            if job in self.hit:
+                self.hit[job].setdefault("whole_again", time.monotonic())
+        super().mark_when_all_run(job)
+
+    def on_node(self, etype: str, node: dict) -> None:
+        if node["metadata"]["name"] != self.lost_node:
+            return
+        now = time.monotonic()
+        ready = next((c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready"), None)
+        if ready != "True" and "not_ready" not in self.times:
+            self.times["not_ready"] = now
+            self.node_down.set()
+        taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+        if UNREACHABLE_TAINT in taints:
+            self.times.setdefault("unreachable_taint", now)
+
+    def on_job(self, etype: str, obj: dict) -> None:
+        super().on_job(etype, obj)
+        name, status = obj["metadata"]["name"], obj.get("status") or {}
+        if name not in self.specs:
+            return
+        seen = self.job_status.setdefault(name, {"restart_count": 0, "disruption_count": 0, "node_loss_seen": False,
+                                                 "restarting_reasons": []})
+        seen["restart_count"] = max(seen["restart_count"], int(status.get("restartCount") or 0))
+        seen["disruption_count"] = max(seen["disruption_count"], int(status.get("disruptionCount") or 0))
+        seen["node_loss_seen"] |= bool(status.get("nodeLoss"))
+        for c in status.get("conditions") or []:
+            if c.get("type") == "Restarting" and c.get("status") == "True" and \
+                    c.get("reason") not in seen["restarting_reasons"]:
+                seen["restarting_reasons"].append(c.get("reason"))
+
+    # -- the fault and the admin ------------------------------------------------------------------
+    def side_tasks(self) -> list:
+        ready = asyncio.Event()
+        return [follow(self.client, "v1", "nodes", None, self.on_node, ready), self.lose(), self.play_admin()]
+
+    async def lose(self) -> None:
+        await self.victim_whole.wait()
+        self.times["victim_whole"] = time.monotonic()
+        await asyncio.sleep(self.loss.after_frac * self.victim.run_s)
+        nodes = sorted({self.pod_node[u] for u in self.running.get(self.victim.name, {})})
+        if not nodes:  # ended or restarted meanwhile: no loss this run (reported as such)
+            return
+        node = nodes[min(int(self.loss.pick * len(nodes)), len(nodes) - 1)]
+        hit = sorted({p.job for p in self.ledger.pods.values() if p.node == node and not p.gone
+                      and p.job not in self.ledger.ended})
+        # The node counts as gone for the gangs from here (mark_when_all_run: the stall patches' own
+        # events must not mark its gangs again), and a gang's exits are put off only after its
+        # pending marks landed.
+        self.lost_node = node
+        for job in hit:
+            self.hit.setdefault(job, {})
+        await asyncio.gather(*[t for t in self.patches if not t.done()], return_exceptions=True)
+        before, stalled = len(self.patches), set(self.stalled)
+        for job in hit:  # their training hangs from the loss on
+            self.stall(job)
+        self.stalled_at_loss = self.stalled - stalled
+        await asyncio.gather(*self.patches[before:])
+        self.t_loss = time.monotonic()
+        self.ledger.lose_node(self.t_loss, node)
+        await asyncio.to_thread(self.cluster.lose_node, node)  # kwok restarted without the node
+        self.times["lose_node_returned"] = time.monotonic()
+
+    async def play_admin(self) -> None:
+        """The admin who knows the machine is down: the out-of-service taint, admin_after_s after
+        the node went NotReady/Unknown."""
+        await self.node_down.wait()
+        await asyncio.sleep(max(0.0, self.times["not_ready"] + self.admin_after_s - time.monotonic()))
+        self.times["admin_taint"] = time.monotonic()
+        await asyncio.to_thread(self.cluster.kubectl, "taint", "nodes", self.lost_node,
+                                f"{OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute", "--overwrite")
+
+    def released_at(self) -> float | None:
+        """When every member the lost node held was gone (the wait the loss imposes is over)."""
+        if self.t_loss is None or "admin_taint" not in self.times:
+            return None
+        gone = [m.get("lost_pods_gone") for j, m in self.hit.items() if j not in self.ledger.ended]
+        return max([g for g in gone if g] + [self.times["admin_taint"]]) if all(gone) else None
+
+    def check_stuck(self, now: float) -> str | None:
+        if self.t_loss is None and not self.victim_whole.is_set():
+            return self.ledger.stuck(now)  # before the loss: as the stream
+        released = self.released_at()
+        return None if released is None else self.ledger.stuck(now, since=released)
+
+    async def run(self, timeout: float) -> dict:
+        result = await super().run(timeout)
+        events = await self.client.list("v1", "events", self.ns)
+        reasons: dict[str, int] = {}
+        for e in events.get("items") or []:
+            if (e.get("involvedObject") or {}).get("kind") == "TFJob" and e.get("type") == "Warning":
+                reasons[e.get("reason", "")] = reasons.get(e.get("reason", ""), 0) + int(e.get("count") or 1)
+        since = lambda t: None if t is None or self.t_loss is None else t - self.t_loss  # noqa: E731
+        result["node_loss"] = {
+            "job": self.victim.name, "node": self.lost_node, "lost": self.t_loss is not None,
+            "at_s": self.t_loss - self.ledger.t0 if self.t_loss else None,  # since the run's start
+            "victim_whole_to_loss_s": (self.t_loss - self.times["victim_whole"]) if self.t_loss else None,
+            "victim_pods_on_node": sum(1 for p in self.ledger.pods.values()
+                                       if p.job == self.victim.name and p.node == self.lost_node),
+            "lose_node_call_s": since(self.times.get("lose_node_returned")),
+            "admin_after_s": self.admin_after_s,
+            "loss_to": {k: since(v) for k, v in self.times.items() if k not in ("victim_whole", "lose_node_returned")},
+            "hit": {job: {k: since(v) for k, v in marks.items()} | {"gpus": self.specs[job].total_gpus}
+                    for job, marks in self.hit.items()},
+            "job_status": self.job_status, "tfjob_warnings": reasons}
+        return result
+
+
 # Volcano with its preempt action, for the preemption scenario only (written over the cluster's
 # volcano.conf, vc-scheduler restarted; the other tests' Volcano is unchanged). "preempt":
 # e2e.cluster's VOLCANO_CONF with "preempt" after "allocate", as Volcano's documentation configures
@@ -349,8 +540,6 @@ class SchedulerBench:
     def start(self) -> None:
         # One operator per mode, each with its own ServiceAccount and exactly the ClusterRole
         # `tfop manifests` renders for its flags (gang_helpers.ScopedOperator), watching its namespace.
-        from e2e.tests.gang_helpers import ScopedOperator, wait_until
-
         if self.scenario == "preemption":
             self.cluster.apply(priority_classes())
             if self.scheduler == "volcano":
@@ -415,12 +604,178 @@ class SchedulerBench:
                 "jobs": [asdict(j) for j in trial.jobs], "runs": runs}
 
 
+class SourceOperator(ScopedOperator):
+    """A ScopedOperator (the same ServiceAccount and ClusterRole, rendered by the working tree's
+    `tfop manifests`) that runs the tfop package of `source`, a tree extracted from a commit, or the
+    working tree's when None."""
+
+    def __init__(self, cluster, namespaces: list[str], gang: str | None, extra_args: list[str] | None = None,
+                 source: Path | None = None):
+        super().__init__(cluster, namespaces, gang, extra_args)
+        self.source = source
+
+    def start(self) -> "SourceOperator":
+        if self.source is None:
+            super().start()
+            return self
+        self.deploy()
+        log = open(self.log_path, "ab")
+        # `python -m` puts its working directory first on sys.path, before PYTHONPATH and the
+        # editable install: both point at the source tree.
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | {"PYTHONPATH": str(self.source)}
+        self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.source,
+                                        start_new_session=True)
+        log.close()
+        self.wait_started(timeout=60)
+        return self
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One operator of the node-loss scenario: the tfop package it runs (None: the working tree's)."""
+    name: str
+    source: Path | None
+    commit: str  # what it is: a commit, or the working tree's HEAD (and "with uncommitted changes")
+
+
+def extract_tree(ref: str) -> tuple[Path, str]:
+    """tfop at commit `ref`, extracted outside the repository (once per commit); returns (dir, sha)."""
+    repo = Path(__file__).resolve().parents[1]
+    sha = subprocess.run(["git", "rev-parse", f"{ref}^{{commit}}"], cwd=repo, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    d = Path(tempfile.gettempdir()) / f"tfop-tree-{sha[:12]}"
+    if not (d / "tfop" / "__init__.py").exists():
+        tmp = Path(tempfile.mkdtemp(prefix=f"tfop-tree-{sha[:12]}-"))
+        archive = subprocess.run(["git", "archive", sha, "tfop", "setup.cfg", "pyproject.toml", "templates"],
+                                 cwd=repo, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        tmp.rename(d)
+    return d, sha
+
+
+def variants(args) -> list[Variant]:
+    """--tfop and --baseline: "worktree" (the working tree's tfop) or a commit."""
+    out = []
+    for name, ref in (("tfop", args.tfop), ("baseline", args.baseline)):
+        if ref == "worktree":
+            out.append(Variant(name, None, commit()))
+        else:
+            d, sha = extract_tree(ref)
+            out.append(Variant(name, d, sha[:7]))
+    return out
+
+
+class NodeLossBench(SchedulerBench):
+    """The node-loss scenario on one cluster: one gang-on operator per variant, each in its namespace;
+    each trial's nodes are the stream's and one spare node, a lost node deleted after its run."""
+
+    def __init__(self, cluster: Cluster, scheduler: str, variants_: list[Variant], args):
+        super().__init__(cluster, scheduler, [v.name for v in variants_], args)
+        self.variants = {v.name: v for v in variants_}
+
+    def start(self) -> None:
+        for name, ns in self.namespaces.items():
+            if self.cluster.kubectl("get", "namespace", ns, check=False).returncode != 0:
+                self.cluster.kubectl("create", "namespace", ns)
+            wait_until(lambda: self.cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+                       30, f"default ServiceAccount in {ns}")
+            self.operators[name] = SourceOperator(self.cluster, [ns], self.wiring.gang,
+                                                  source=self.variants[name].source).start()
+
+    def shape(self, trial: Trial) -> None:
+        want = trial.nodes + trial.spare_nodes
+        if set(self.nodes.values()) <= {trial.gpus_per_node} and len(self.nodes) <= want:
+            if len(self.nodes) < want:  # a lost node was deleted: a new one in its place
+                names = self.cluster.add_gpu_nodes(want - len(self.nodes), gpus=trial.gpus_per_node)
+                self.nodes.update({n: trial.gpus_per_node for n in names})
+            return
+        for name in self.nodes:
+            self.cluster.remove_node(name)
+        names = self.cluster.add_gpu_nodes(want, gpus=trial.gpus_per_node)
+        self.nodes = {n: trial.gpus_per_node for n in names}
+
+    def drop_lost_node(self, ns: str, node: str | None) -> None:
+        """After the run, measured: what the lost node still holds is force-deleted and the node deleted."""
+        if not node:
+            return
+        self.cluster.kubectl("delete", "pods", "-n", ns, "--field-selector", f"spec.nodeName={node}", "--force",
+                             "--grace-period=0", "--ignore-not-found", "--wait=false", check=False)
+        self.cluster.remove_node(node)
+        self.nodes.pop(node, None)
+
+    async def trial(self, admin: Admin, trial: Trial) -> dict:
+        self.shape(trial)
+        runs = {}
+        for name in self.modes:
+            ns = self.namespaces[name]
+            self.clean(ns)
+            print(f"[contention] node-loss {self.scheduler} trial {trial.index} {name}: {trial.nodes}+"
+                  f"{trial.spare_nodes}x{trial.gpus_per_node} GPUs, {len(trial.jobs)} jobs, lost gang "
+                  f"{trial.node_loss.job}", flush=True)
+            run = NodeLossRun(admin.client, ns, trial, dict(self.nodes), self.cluster, self.args.admin_after)
+            try:
+                runs[name] = r = await run.run(self.args.run_timeout)
+            finally:
+                await asyncio.to_thread(self.drop_lost_node, ns, run.lost_node)
+            loss, victim = r["node_loss"], r["node_loss"]["hit"].get(r["node_loss"]["job"], {})
+            print(f"[contention]   {name} trial {trial.index}: {r['outcome']} in {r['duration_s']:.1f}s: lost "
+                  f"{loss['node']} (hit {sorted(loss['hit'])}), stuck {r['stuck_gpu_s']:.1f} GPU-s, NotReady "
+                  f"+{fmt(loss['loss_to'].get('not_ready'))} s, survivors deleted "
+                  f"+{fmt(victim.get('survivors_deleted'))} s, whole again +{fmt(victim.get('whole_again'))} s, "
+                  f"{r['jobs_succeeded']}/{r['jobs']} succeeded", flush=True)
+            ran_on = sorted(j for j, m in loss["hit"].items() if m.get("survivor_exited") is not None)
+            if ran_on:
+                print(f"[contention]   HARNESS FAULT: a member of {ran_on} ran to its end while its gang could not "
+                      f"progress", flush=True)
+            self.clean(ns)
+        return {"index": trial.index, "nodes": trial.nodes, "spare_nodes": trial.spare_nodes,
+                "gpus_per_node": trial.gpus_per_node, "member_failure": False,
+                "node_loss": asdict(trial.node_loss), "jobs": [asdict(j) for j in trial.jobs], "runs": runs}
+
+
+def run_node_loss(scheduler: str, args, trials: list[Trial], variants_: list[Variant]) -> list[dict]:
+    """Without --dir, each variant gets a cluster of its own and the variants run at the same time,
+    on the same trials (a trial takes minutes, most of them waiting for the node lifecycle
+    controller and the admin); with --dir, one after the other on that cluster."""
+    def on(cluster: Cluster, vs: list[Variant]) -> list[dict]:
+        bench = NodeLossBench(cluster, scheduler, vs, args)
+        bench.start()
+
+        async def all_trials() -> list[dict]:
+            async with Admin(cluster.kubeconfig, connections=16) as admin:
+                return [await bench.trial(admin, t) for t in trials]
+        try:
+            return asyncio.run(all_trials())
+        finally:
+            bench.stop()
+
+    if args.dir:
+        return on(Cluster.attach(args.dir), variants_)
+    clusters, pool = [], ThreadPoolExecutor(len(variants_))
+    try:
+        for _ in variants_:  # in this thread: Cluster.up installs a signal handler
+            clusters.append(start_cluster(scheduler, SCHEDULERS[scheduler], args.node_monitor_grace_period))
+        futures = [pool.submit(on, c, [v]) for c, v in zip(clusters, variants_)]
+        parts = [f.result() for f in futures]
+    finally:
+        for c in clusters:  # first: on an interrupt, the other thread's run then fails and ends
+            c.down()
+        pool.shutdown(wait=False, cancel_futures=True)
+    merged = parts[0]
+    for part in parts[1:]:
+        for t, other in zip(merged, part):
+            t["runs"].update(other["runs"])
+    return merged
+
+
 def draw_trials(args) -> list[Trial]:
     rng = random.Random(args.seed)
-    if getattr(args, "scenario", "stream") == "preemption":
+    scenario = getattr(args, "scenario", "stream")
+    if scenario == "preemption":
         return [draw_preemption_trial(rng, i) for i in range(args.trials)]
-    return [draw_trial(rng, i, args.jobs, member_failure=args.failure_every > 0 and i % args.failure_every
-                       == args.failure_every - 1) for i in range(args.trials)]
+    stream = [draw_trial(rng, i, args.jobs, member_failure=args.failure_every > 0 and i % args.failure_every
+                         == args.failure_every - 1) for i in range(args.trials)]
+    return [draw_node_loss_trial(t, args.seed) for t in stream] if scenario == "node-loss" else stream
 
 
 def commit() -> str:
@@ -490,6 +845,39 @@ def render_preemption(path: Path) -> str:
     return summary
 
 
+def write_node_loss_outputs(out: Path, scheduler: str, args, argv: list[str], results: list[dict], took: float,
+                            variants_: list[Variant]) -> str:
+    stem = f"node-loss-{scheduler}"
+    meta = {"command": "python -m e2e.contention " + " ".join(argv), "scenario": "node-loss", "scheduler": scheduler,
+            "seed": args.seed, "trials": args.trials, "jobs_per_trial": args.jobs, "admin_after_s": args.admin_after,
+            "node_monitor_grace_period_s": args.node_monitor_grace_period or 50,
+            "variants": {v.name: {"tfop": v.commit, "source": str(v.source) if v.source else "working tree"}
+                         for v in variants_},
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "harness_commit": commit(),
+            "took_s": round(took, 1)}
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "trials": results}, indent=1))
+    return render_node_loss(out / f"{stem}.json")
+
+
+def render_node_loss(path: Path) -> str:
+    """The .md beside a node-loss results .json, from it (also: --render PATH)."""
+    data = json.loads(path.read_text())
+    meta, results, scheduler = data["meta"], data["trials"], data["meta"]["scheduler"]
+    names = [v for v in meta["variants"] if any(v in t["runs"] for t in results)]
+    summary = md_table(NODE_LOSS_SUMMARY_HEAD, [node_loss_summary_row(scheduler, results, v,
+                                                                      meta["variants"][v]["tfop"]) for v in names])
+    runs = md_table(NODE_LOSS_RUN_HEAD, [node_loss_run_row(t, v) for t in results for v in names if v in t["runs"]])
+    path.with_suffix(".md").write_text(
+        f"## node loss, {scheduler}\n\n`{meta['command']}`: {meta['date']}, {meta['machine']['cpus']} CPUs "
+        f"({meta['machine']['cpu_model']}), harness {meta['harness_commit']}, {meta['took_s']:.0f} s. Gang on; "
+        f"the admin taints the lost node out-of-service {meta['admin_after_s']:g} s after it is seen NotReady; "
+        f"node monitor grace period {meta['node_monitor_grace_period_s']:g} s. Variants: "
+        + ", ".join(f"{v} = tfop {i['tfop']} ({i['source']})" for v, i in meta["variants"].items())
+        + f".\n\n{summary}\n\n{runs}\n\n![GPUs stuck after the node's loss]({path.stem}.png)\n")
+    plot_node_loss(scheduler, results, path.with_suffix(".png"), tuple(names))
+    return summary
+
+
 def write_summary(out: Path, argv: list[str], by_scheduler: dict[str, list[dict]]) -> None:
     """One table over the schedulers of this invocation: a row per scheduler and gang mode."""
     rows = [summary_row(s, trials, m) for s, trials in by_scheduler.items() for m in ("on", "off")]
@@ -498,12 +886,13 @@ def write_summary(out: Path, argv: list[str], by_scheduler: dict[str, list[dict]
         f"tfop {commit()}.\n\n{md_table(SUMMARY_HEAD, rows)}\n")
 
 
-def start_cluster(scheduler: str, wiring: Wiring) -> Cluster:
+def start_cluster(scheduler: str, wiring: Wiring, node_monitor_grace_period: float | None = None) -> Cluster:
     schedulers = sorted({"default", wiring.cluster})
     build.ensure(components_for(schedulers, wiring.kubernetes))
     d = Path(tempfile.mkdtemp(prefix=f"tfop-contention-{scheduler}-"))
     print(f"[contention] starting a cluster for {scheduler} in {d}", flush=True)
-    return Cluster.up(d, gpu_nodes=0, schedulers=schedulers, kubernetes=wiring.kubernetes)
+    return Cluster.up(d, gpu_nodes=0, schedulers=schedulers, kubernetes=wiring.kubernetes,
+                      node_monitor_grace_period=node_monitor_grace_period)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,19 +906,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=8, help="TFJobs per trial")
     ap.add_argument("--failure-every", type=int, default=3,
                     help="every Nth trial has a member failure mid-run (0: none)")
-    ap.add_argument("--run-timeout", type=float, default=150, help="seconds; a run still going then ends as timeout")
+    ap.add_argument("--run-timeout", type=float, help="seconds; a run still going then ends as timeout (150; "
+                                                          "node-loss: 400)")
     ap.add_argument("--out", default="e2e/contention-results")
     ap.add_argument("--dir", help="use the cluster running in this directory (it must run the scheduler)")
-    ap.add_argument("--scenario", choices=["stream", "preemption"], default="stream",
+    ap.add_argument("--scenario", choices=["stream", "preemption", "node-loss"], default="stream",
                     help="stream: the contention stream; preemption: low-priority gangs fill the cluster, then a "
-                         "high-priority gang arrives (e2e/CONTENTION.md)")
+                         "high-priority gang arrives; node-loss: the stream, gang on, and a node holding a running "
+                         "gang's members stops heartbeating (e2e/CONTENTION.md)")
+    ap.add_argument("--tfop", default="worktree", help="node-loss: the tfop variant's tfop, the working tree's "
+                                                       "(worktree) or a commit")
+    ap.add_argument("--baseline", default="cec571e", help="node-loss: the baseline variant's tfop, a commit "
+                                                          "(cec571e: before node-loss handling) or worktree")
+    ap.add_argument("--admin-after", type=float, default=60.0,
+                    help="node-loss: seconds after the lost node is seen NotReady/Unknown when the harness, as the "
+                         "admin, taints it node.kubernetes.io/out-of-service")
+    ap.add_argument("--node-monitor-grace-period", type=float,
+                    help="node-loss: kube-controller-manager's grace period, s (its default, 50, otherwise); "
+                         "only for the clusters it starts")
     ap.add_argument("--volcano-conf", choices=list(VOLCANO_PREEMPT_CONFS), default="preempt",
                     help="preemption scenario: vc-scheduler's configuration (VOLCANO_PREEMPT_CONFS)")
     ap.add_argument("--render", metavar="JSON", help="only write the .md of this preemption results .json again")
     args = ap.parse_args(argv)
     if args.render:
-        print(render_preemption(Path(args.render)))
+        scenario = json.loads(Path(args.render).read_text())["meta"].get("scenario")
+        print((render_node_loss if scenario == "node-loss" else render_preemption)(Path(args.render)))
         return 0
+    if args.run_timeout is None:
+        args.run_timeout = 400.0 if args.scenario == "node-loss" else 150.0
     args.volcano_conf_text = VOLCANO_PREEMPT_CONFS[args.volcano_conf]
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     unknown = set(schedulers) - set(SCHEDULERS)
@@ -539,6 +943,15 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     trials = draw_trials(args)
     failed, by_scheduler = False, {}
+    if args.scenario == "node-loss":
+        vs = variants(args)
+        for scheduler in schedulers:
+            t = time.monotonic()
+            results = run_node_loss(scheduler, args, trials, vs)
+            print(write_node_loss_outputs(out, scheduler, args, argv, results, time.monotonic() - t, vs), flush=True)
+            failed |= any(r["outcome"] == "timeout" for t_ in results for r in t_["runs"].values())
+        print(f"[contention] wrote {out}/node-loss-<scheduler>.{{json,md}}")
+        return 2 if failed else 0
     for scheduler in schedulers:
         wiring, t = SCHEDULERS[scheduler], time.monotonic()
         if args.dir:

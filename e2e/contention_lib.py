@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from e2e.bench import percentile
@@ -38,11 +38,23 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
+class NodeLoss:
+    """The node-loss scenario's fault: once `job`'s gang first runs whole, after `after_frac` of its
+    run time, the node holding its members at index int(pick * n) of the n such nodes (by name)
+    stops heartbeating."""
+    job: str
+    after_frac: float
+    pick: float
+
+
+@dataclass(frozen=True)
 class Trial:
     index: int
     nodes: int
     gpus_per_node: int
     jobs: tuple[JobSpec, ...]
+    spare_nodes: int = 0  # nodes beyond `nodes`, alike, not counted in the jobs' sizes (room to run elsewhere)
+    node_loss: NodeLoss | None = None
 
     @property
     def gpus(self) -> int:
@@ -66,6 +78,17 @@ def draw_trial(rng: random.Random, index: int, jobs: int, member_failure: bool,
                              rng.randrange(pods) if i == victim else None))
         t += rng.expovariate(1 / mean_gap_s)
     return Trial(index, nodes, per_node, tuple(specs))
+
+
+def draw_node_loss_trial(stream_trial: Trial, seed: int) -> Trial:
+    """The node-loss scenario's trial: the stream scenario's trial of the same seed and index (its
+    cluster and jobs; no member failure), one spare node more, and the node loss drawn from a
+    generator of its own, so the streams stay the stream scenario's. The lost gang is the job a
+    third into the stream, as the member failure's."""
+    rng = random.Random(f"node-loss-{seed}-{stream_trial.index}")
+    jobs = tuple(replace(j, fail_member=None) for j in stream_trial.jobs)
+    loss = NodeLoss(jobs[len(jobs) // 3].name, round(rng.uniform(0.25, 0.5), 2), rng.random())
+    return replace(stream_trial, jobs=jobs, spare_nodes=1, node_loss=loss)
 
 
 LOW_PRIORITY, HIGH_PRIORITY = "tfop-contention-low", "tfop-contention-high"  # PriorityClasses
@@ -147,11 +170,21 @@ class Ledger:
     broken_gpus: int = 0
     broken_gpu_s: float = 0.0
     broken_episodes: list = field(default_factory=list)  # (job, s since t0, duration s, GPU-s), closed
+    # Lost nodes (the node-loss scenario): a gang with a member held on a lost node, or broken, cannot
+    # progress; the GPUs its members hold on the other nodes are *stuck* (the lost node's own GPUs
+    # are gone whatever the operator does, so they are not counted).
+    lost_nodes: dict = field(default_factory=dict)  # node -> time it stopped heartbeating
+    stuck_by_job: dict = field(default_factory=dict)  # job -> stuck GPUs now
+    stuck_gpu_s: float = 0.0
+    stuck_open: dict = field(default_factory=dict)  # job -> (since, GPU-s so far) of its open episode
+    stuck_episodes: list = field(default_factory=list)  # (job, s since t0, duration s, GPU-s), closed
+    stuck_timeline: list = field(default_factory=list)  # (s since t0, stuck GPUs) at each change
 
     def __post_init__(self):
         self.now = self.last_progress = self.t0
         self.used = {n: 0 for n in self.nodes}
         self.timeline = [(0.0, 0)]
+        self.stuck_timeline = [(0.0, 0)]
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, t: float, job: str) -> None:
@@ -195,6 +228,13 @@ class Ledger:
         self._update_partial(t)
         self._refresh_placeable(t)
 
+    def lose_node(self, t: float, node: str) -> None:
+        """`node` stopped heartbeating at `t`: what is bound to it makes no progress from then on."""
+        self._advance(t)
+        self.lost_nodes.setdefault(node, t)
+        self._update_partial(t)
+        self._refresh_placeable(t)
+
     def end(self, t: float, job: str, outcome: str) -> None:
         if job in self.ended or job not in self.jobs:
             return
@@ -209,19 +249,21 @@ class Ledger:
     def unfinished(self) -> list[str]:
         return [j for j in self.submitted if j not in self.ended]
 
-    def stuck(self, t: float, window: float = DEADLOCK_S) -> str | None:
+    def stuck(self, t: float, window: float = DEADLOCK_S, since: float | None = None) -> str | None:
         """"deadlock": for `window` s no job started or ended and partial gangs held GPUs all along;
-        "stall": no job started or ended for `window` s while jobs wait; else None."""
-        if not self.unfinished() or t - self.last_progress < window:
+        "stall": no job started or ended for `window` s while jobs wait; else None. `since`: count
+        the window from no earlier than this (a wait the run imposes, such as a lost node's)."""
+        progress = max(self.last_progress, since if since is not None else self.last_progress)
+        if not self.unfinished() or t - progress < window:
             return None
         # partial_since: partial or broken gangs have held GPUs since then
-        if self.partial_since is not None and t - max(self.last_progress, self.partial_since) >= window:
+        if self.partial_since is not None and t - max(progress, self.partial_since) >= window:
             return "deadlock"
         return "stall" if self.partial_since is None else None
 
     def fits(self, pods: int, gpus: int) -> bool:
-        """Would `pods` pods of `gpus` GPUs each fit in the GPUs nobody holds now?"""
-        return sum((self.nodes[n] - self.used[n]) // gpus for n in self.nodes) >= pods
+        """Would `pods` pods of `gpus` GPUs each fit in the GPUs nobody holds now (on nodes not lost)?"""
+        return sum((self.nodes[n] - self.used[n]) // gpus for n in self.nodes if n not in self.lost_nodes) >= pods
 
     # -- internals ----------------------------------------------------------------------------
     def _advance(self, t: float) -> None:
@@ -233,7 +275,34 @@ class Ledger:
             gpus = self._broken_gpus(job)
             self.broken_gpu_s += gpus * (t - self.now)
             self.broken[job] = (since, acc + gpus * (t - self.now))
+        for job, gpus in self.stuck_by_job.items():
+            self.stuck_gpu_s += gpus * (t - self.now)
+            since, acc = self.stuck_open[job]
+            self.stuck_open[job] = (since, acc + gpus * (t - self.now))
         self.now = t
+
+    def _stuck_gpus(self, job: str) -> int:
+        """GPUs `job`'s members hold on nodes not lost, if the gang cannot progress: a member is held
+        on a lost node, or the gang is broken (a started attempt lost a member); else 0."""
+        held = [self.pods[u] for u in self.held.get(job, ())]
+        if job in self.ended or not (job in self.broken or any(p.node in self.lost_nodes for p in held)):
+            return 0
+        return sum(p.gpus for p in held if p.node not in self.lost_nodes)
+
+    def _refresh_stuck(self, t: float) -> None:
+        now = {job: g for job in self.held if (g := self._stuck_gpus(job))}
+        for job in [j for j in self.stuck_open if j not in now]:
+            since, acc = self.stuck_open.pop(job)
+            self.stuck_episodes.append((job, since - self.t0, t - since, acc))
+        for job in now:
+            self.stuck_open.setdefault(job, (t, 0.0))
+        self.stuck_by_job = now
+        total, at = sum(now.values()), t - self.t0
+        if total != self.stuck_timeline[-1][1]:
+            if len(self.stuck_timeline) > 1 and self.stuck_timeline[-1][0] == at:  # a state that lasted no time
+                self.stuck_timeline.pop()
+            if total != self.stuck_timeline[-1][1]:
+                self.stuck_timeline.append((at, total))
 
     def _broken_gpus(self, job: str) -> int:
         """GPUs the surviving members of `job`'s broken attempt hold."""
@@ -268,6 +337,7 @@ class Ledger:
                                if (g := sum(p.gpus for u in uids if not (p := self.pods[u]).in_full_gang))}
         for job in [j for j in self.broken if not self._broken_gpus(j)]:  # no survivor holds GPUs any more
             self._close_broken(t, job)
+        self._refresh_stuck(t)
         broken = sum(self._broken_gpus(j) for j in self.broken)
         gpus = sum(self.partial_by_job.values())
         if (gpus + broken > 0) != (self.partial_gpus + self.broken_gpus > 0):
@@ -317,6 +387,11 @@ class Ledger:
             "lost_pods": dict(self.lost), "broken_gpu_s": self.broken_gpu_s,
             "broken_episodes": self.broken_episodes + [(j, s - self.t0, t_end - s, acc)
                                                        for j, (s, acc) in self.broken.items()],
+            "stuck_gpu_s": self.stuck_gpu_s,
+            "stuck_episodes": self.stuck_episodes + [(j, s - self.t0, t_end - s, acc)
+                                                     for j, (s, acc) in self.stuck_open.items()],
+            "stuck_timeline": self.stuck_timeline + [(t_end - self.t0, sum(self.stuck_by_job.values()))],
+            "lost_nodes": {n: t - self.t0 for n, t in self.lost_nodes.items()},
         }
 
 
@@ -490,3 +565,127 @@ def preempt_summary_row(scheduler: str, trials: list[dict], mode: str) -> list[s
             fmt(sum(bound) / len(bound) if bound else None, ".2f") + (
                 f" ({len(bound)} of {len(runs)} bound)" if len(bound) < len(runs) else ""),
             fmt(percentile(bound, 50), ".2f"), fmt(worst(bound), ".2f")]
+
+
+# -- the node-loss scenario's report ------------------------------------------------------------
+
+def victim_marks(run: dict) -> dict:
+    """The lost gang's milestones, s after the loss (survivors_deleted, lost_pods_gone, whole_again)."""
+    loss = run["node_loss"]
+    return loss["hit"].get(loss["job"], {})
+
+
+def stuck_of(run: dict, job: str) -> float:
+    return sum(gpu_s for j, _, _, gpu_s in run.get("stuck_episodes", []) if j == job)
+
+
+def stuck_after_not_ready(run: dict) -> float | None:
+    """Stuck GPU-s from the moment the lost node was seen NotReady on (what an operator that reads
+    the node can act on; before it, nothing in the API says the node is gone)."""
+    loss = run["node_loss"]
+    not_ready = loss["loss_to"].get("not_ready")
+    if not loss["lost"] or not_ready is None:
+        return None
+    start, total, timeline = loss["at_s"] + not_ready, 0.0, run["stuck_timeline"]
+    for (t, gpus), (t_next, _) in zip(timeline, timeline[1:]):
+        total += gpus * max(0.0, t_next - max(t, start))
+    return total
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+NODE_LOSS_RUN_HEAD = ["trial", "nodes x GPUs (+ spare)", "lost gang (pods x GPUs)", "variant", "outcome",
+                      "lost gang's pods on the lost node", "other gangs hit", "stuck GPU-s",
+                      "stuck GPU-s after NotReady", "stuck GPU-s, lost gang", "loss→NotReady s",
+                      "loss→survivors deleted s", "loss→admin's taint s", "loss→lost pods gone s",
+                      "loss→lost gang whole again s", "loss→whole again, max of gangs hit s", "stranded GPU-s",
+                      "succeeded", "lost gang restarts / disruptions", "NodeLost events", "deadlocks"]
+NODE_LOSS_SUMMARY_HEAD = ["scheduler", "variant", "tfop", "trials", "node lost in", "stuck GPU-s (sum)",
+                          "stuck GPU-s after NotReady (sum)", "stuck GPU-s per trial mean (max)",
+                          "loss→survivors deleted mean (max) s", "loss→lost gang whole again mean / p50 / max s",
+                          "whole again", "jobs succeeded", "deadlocks / timeouts", "stranded GPU-s (sum)",
+                          "makespan mean s"]
+
+
+def node_loss_run_row(trial: dict, variant: str) -> list[str]:
+    r = trial["runs"][variant]
+    loss, marks = r["node_loss"], victim_marks(r)
+    spec = next(j for j in trial["jobs"] if j["name"] == loss["job"])
+    whole = [m["whole_again"] for m in loss["hit"].values() if m.get("whole_again") is not None]
+    status = loss["job_status"].get(loss["job"], {})
+    return [str(trial["index"]), f"{trial['nodes']}+{trial['spare_nodes']}x{trial['gpus_per_node']}",
+            f"{spec['pods']}x{spec['gpus']}", variant, r["outcome"],
+            f"{loss['victim_pods_on_node']}/{spec['pods']}" if loss["lost"] else "not lost",
+            str(len([j for j in loss["hit"] if j != loss["job"]])), fmt(r["stuck_gpu_s"], ".1f"),
+            fmt(stuck_after_not_ready(r), ".1f"), fmt(stuck_of(r, loss["job"]), ".1f"),
+            fmt(loss["loss_to"].get("not_ready")),
+            fmt(marks.get("survivors_deleted")), fmt(loss["loss_to"].get("admin_taint")),
+            fmt(marks.get("lost_pods_gone")), fmt(marks.get("whole_again")),
+            fmt(max(whole) if len(whole) == len(loss["hit"]) and whole else None), fmt(r["stranded_gpu_s"], ".2f"),
+            f"{r['jobs_succeeded']}/{r['jobs']}",
+            f"{status.get('restart_count', 0)} / {status.get('disruption_count', 0)}",
+            str(loss["tfjob_warnings"].get("NodeLost", 0)), str(r["deadlocks"])]
+
+
+def node_loss_summary_row(scheduler: str, trials: list[dict], variant: str, tfop: str) -> list[str]:
+    runs = [t["runs"][variant] for t in trials if variant in t["runs"]]
+    if not runs:
+        return []
+    lost = [r for r in runs if r["node_loss"]["lost"]]
+    deleted = [v for r in lost if (v := victim_marks(r).get("survivors_deleted")) is not None]
+    whole = [v for r in lost if (v := victim_marks(r).get("whole_again")) is not None]
+    stuck = [r["stuck_gpu_s"] for r in runs]
+    spans = [r["makespan_s"] for r in runs if r["makespan_s"] is not None]
+    after = [a for r in lost if (a := stuck_after_not_ready(r)) is not None]
+    return [scheduler, variant, tfop, str(len(runs)), f"{len(lost)}/{len(runs)}", fmt(sum(stuck), ".1f"),
+            fmt(sum(after), ".1f") + (f" ({len(after)} of {len(lost)})" if len(after) < len(lost) else ""),
+            f"{fmt(_mean(stuck), '.1f')} ({fmt(worst(stuck), '.1f')})",
+            f"{fmt(_mean(deleted))} ({fmt(worst(deleted))})" + (f", {len(deleted)} of {len(lost)}"
+                                                                if len(deleted) < len(lost) else ""),
+            f"{fmt(_mean(whole))} / {fmt(percentile(whole, 50))} / {fmt(worst(whole))}", f"{len(whole)}/{len(lost)}",
+            f"{sum(r['jobs_succeeded'] for r in runs)}/{sum(r['jobs'] for r in runs)}",
+            f"{sum(r['deadlocks'] for r in runs)} / {sum(1 for r in runs if r['outcome'] == 'timeout')}",
+            fmt(sum(r["stranded_gpu_s"] for r in runs), ".2f"),
+            fmt(_mean(spans)) + (f" ({len(spans)} of {len(runs)} finished)" if len(spans) < len(runs) else "")]
+
+
+def plot_node_loss(scheduler: str, trials: list[dict], path: Path, variants: tuple[str, ...] = ("tfop", "baseline")
+                   ) -> bool:
+    """One panel per trial: GPUs held by gangs that cannot progress over time, s after the node's loss."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("[contention] matplotlib not installed: no plot (pip install '.[bench]')", file=sys.stderr)
+        return False
+    cols = min(3, len(trials)) or 1
+    rows = math.ceil(len(trials) / cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, trial in zip(axes.flat, trials):
+        for variant, colour in zip(variants, ("tab:blue", "tab:red")):
+            run = trial["runs"].get(variant)
+            if not run or not run["node_loss"]["lost"]:
+                continue
+            at = run["node_loss"]["at_s"]
+            xs, ys = zip(*[(x - at, y) for x, y in run["stuck_timeline"]])
+            ax.step(xs, ys, where="post", color=colour, label=f"{variant}: {run['stuck_gpu_s']:.0f} GPU-s stuck")
+            admin = run["node_loss"]["loss_to"].get("admin_taint")
+            if admin is not None:
+                ax.axvline(admin, color=colour, linestyle=":", linewidth=0.8)
+        ax.set_title(f"trial {trial['index']}: {trial['nodes']}+{trial['spare_nodes']}x{trial['gpus_per_node']} GPUs",
+                     fontsize=9)
+        ax.set_xlabel("s after the node's loss (dotted: the admin's taint)", fontsize=8)
+        ax.set_ylabel("GPUs stuck", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(trials):]:
+        ax.axis("off")
+    fig.suptitle(f"{scheduler}: GPUs held by gangs that cannot progress after a node's loss", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

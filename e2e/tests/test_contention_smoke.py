@@ -8,7 +8,8 @@ import random
 import pytest
 
 from e2e import contention, contention_lib
-from e2e.contention_lib import BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_preemption_trial, draw_trial
+from e2e.contention_lib import (BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_node_loss_trial, draw_preemption_trial,
+                                draw_trial)
 from e2e.pytest_plugin import own_cluster
 
 NODES = {"n0": 2, "n1": 2}  # 4 GPUs
@@ -205,6 +206,128 @@ def test_preemption_trials_fill_the_cluster_with_low_gangs_and_need_preemption_f
         assert len({j.gpus for j in lows}) == 1 and all(j.pods >= 2 for j in t.jobs)
         assert high.gpus >= lows[0].gpus and high.pods <= max(2, -(-t.gpus // (2 * high.gpus)))  # up to half
         assert high.pods <= t.nodes * (t.gpus_per_node // high.gpus)
+
+
+# -- the node-loss scenario's ledger: gangs that cannot progress, on tables ------------------------
+
+NODE_LOSS_NODES = {"n0": 2, "n1": 2, "n2": 2}  # 6 GPUs: room for a gang of 2 x 2 elsewhere
+
+
+def node_loss_ledger(*jobs: JobSpec) -> Ledger:
+    return Ledger(dict(NODE_LOSS_NODES), {j.name: j for j in jobs}, t0=0.0)
+
+
+def gang_on_two_nodes(led: Ledger, name: str = "a") -> None:
+    led.submit(0.0, name)
+    led.bind(0.5, f"{name}0", name, "n0")
+    led.bind(0.5, f"{name}1", name, "n1")
+
+
+def test_survivors_of_a_gang_with_a_member_on_a_lost_node_are_stuck_until_deleted():
+    led = node_loss_ledger(job("a", 2, gpus=2))
+    gang_on_two_nodes(led)
+    led.lose_node(10.0, "n1")  # a1 is on it: a0's 2 GPUs on n0 are held by a gang that cannot progress
+    assert led.fits(2, 2) is False  # a lost node's free GPUs place nothing
+    led.free(60.0, "a0", lost=True)  # the operator deletes the survivor; a1 stays Terminating
+    m = led.metrics(130.0, "finished")
+    assert m["stuck_gpu_s"] == pytest.approx(2 * 50)  # the lost node's own GPUs do not count
+    assert m["stuck_episodes"] == [("a", 10.0, 50.0, pytest.approx(100.0))]
+    assert m["lost_nodes"] == {"n1": 10.0}
+    assert m["stuck_timeline"] == [(0.0, 0), (10.0, 2), (60.0, 0), (130.0, 0)]
+
+
+def test_a_survivor_kept_until_the_lost_member_is_gone_stays_stuck_while_broken_then_whole_again():
+    led = node_loss_ledger(job("a", 2, gpus=2))
+    gang_on_two_nodes(led)
+    led.lose_node(10.0, "n1")
+    led.free(130.0, "a1", lost=True)  # PodGC releases it after the admin's taint: a is broken now
+    led.free(131.0, "a0", lost=True)  # the operator restarts the gang
+    led.bind(132.0, "a2", "a", "n0")
+    led.bind(132.0, "a3", "a", "n2")  # whole again elsewhere
+    led.end(140.0, "a", "Succeeded")
+    m = led.metrics(141.0, "finished")
+    assert m["stuck_gpu_s"] == pytest.approx(2 * 121)  # lost-node member, then broken: one episode
+    assert m["stuck_episodes"] == [("a", 10.0, 121.0, pytest.approx(242.0))]
+    assert m["broken_gpu_s"] == pytest.approx(2 * 1) and m["restarts"] == 1
+
+
+def test_a_gang_bound_to_a_lost_node_after_the_loss_is_stuck_and_others_are_not():
+    led = node_loss_ledger(job("a", 2), job("b", 2), job("c", 2))
+    led.submit(0.0, "c")
+    led.bind(0.5, "c0", "c", "n0")
+    led.bind(0.5, "c1", "c", "n0")  # untouched by the loss
+    led.lose_node(1.0, "n2")
+    led.submit(2.0, "b")
+    led.bind(3.0, "b0", "b", "n1")
+    led.bind(3.0, "b1", "b", "n2")  # placed there before the node is NotReady: b cannot run
+    m = led.metrics(13.0, "timeout")
+    assert m["stuck_gpu_s"] == pytest.approx(1 * 10)  # b0's GPU
+    assert [e[0] for e in m["stuck_episodes"]] == ["b"]
+
+
+def test_a_job_that_ended_holds_nothing_stuck():
+    led = node_loss_ledger(job("a", 2))
+    gang_on_two_nodes(led)
+    led.lose_node(1.0, "n1")
+    led.end(5.0, "a", "Failed")
+    m = led.metrics(9.0, "finished")
+    assert m["stuck_gpu_s"] == pytest.approx(4.0) and m["stuck_episodes"] == [("a", 1.0, 4.0, pytest.approx(4.0))]
+
+
+def test_the_wait_a_lost_node_imposes_is_no_stall_until_it_is_released():
+    led = node_loss_ledger(job("a", 2))
+    gang_on_two_nodes(led)
+    led.lose_node(1.0, "n1")
+    led.free(2.0, "a0", lost=True)  # a1 waits on the lost node until it is released
+    assert led.stuck(100.0) == "deadlock"  # so the run asks only once the loss is over (since=)
+    assert led.stuck(100.0, since=80.0) is None
+    assert led.stuck(110.0, since=80.0) == "deadlock"
+
+
+def test_node_loss_trials_are_the_stream_trials_with_a_spare_node_and_a_seeded_loss():
+    args = type("Args", (), {"seed": 1, "trials": 10, "jobs": 8, "failure_every": 3})()
+    stream = contention.draw_trials(args)
+    args.scenario = "node-loss"
+    lossy = contention.draw_trials(args)
+    assert lossy == contention.draw_trials(args)
+    for s, t in zip(stream, lossy):
+        assert (t.index, t.nodes, t.gpus_per_node) == (s.index, s.nodes, s.gpus_per_node) and t.spare_nodes == 1
+        assert [(j.name, j.pods, j.gpus, j.arrival_s, j.run_s) for j in t.jobs] == \
+            [(j.name, j.pods, j.gpus, j.arrival_s, j.run_s) for j in s.jobs]
+        assert all(j.fail_member is None for j in t.jobs)
+        assert t.node_loss.job == t.jobs[len(t.jobs) // 3].name
+        assert 0.25 <= t.node_loss.after_frac <= 0.5 and 0 <= t.node_loss.pick < 1
+    assert len({t.node_loss.pick for t in lossy}) == len(lossy)  # drawn per trial
+    assert draw_node_loss_trial(stream[0], seed=2).node_loss != lossy[0].node_loss
+
+
+def node_loss_run(variant_marks: dict, stuck: float, outcome: str = "finished") -> dict:
+    return {"outcome": outcome, "stuck_gpu_s": stuck, "stuck_episodes": [("t0-j01", 5.0, 10.0, stuck)],
+            "stuck_timeline": [(0.0, 0), (5.0, 2), (5.0 + stuck / 2, 0), (200.0, 0)],  # 2 GPUs from the loss at 5 s
+            "stranded_gpu_s": 0.0, "jobs_succeeded": 3, "jobs": 3, "deadlocks": 0, "makespan_s": 150.0,
+            "node_loss": {"job": "t0-j01", "node": "tfop-gpu-1", "lost": True, "victim_pods_on_node": 1, "at_s": 5.0,
+                          "loss_to": {"not_ready": 45.0, "admin_taint": 105.0},
+                          "hit": {"t0-j01": variant_marks, "t0-j02": {"whole_again": 130.0}},
+                          "job_status": {"t0-j01": {"restart_count": 0, "disruption_count": 1}},
+                          "tfjob_warnings": {"NodeLost": 1}}}
+
+
+def test_node_loss_rows_and_summary_from_plain_runs():
+    trial = {"index": 0, "nodes": 3, "spare_nodes": 1, "gpus_per_node": 2,
+             "jobs": [{"name": "t0-j01", "pods": 2, "gpus": 2}],
+             "runs": {"tfop": node_loss_run({"survivors_deleted": 46.0, "lost_pods_gone": 120.0,
+                                             "whole_again": 121.0}, 92.0),
+                      "baseline": node_loss_run({"survivors_deleted": 120.5, "lost_pods_gone": 120.0,
+                                                 "whole_again": 122.0}, 241.0)}}
+    row = contention_lib.node_loss_run_row(trial, "tfop")
+    # stuck 2 GPUs from the loss for 46 s; seen NotReady 45 s after the loss: 1 s x 2 GPUs after it
+    assert row[:10] == ["0", "3+1x2", "2x2", "tfop", "finished", "1/2", "1", "92.0", "2.0", "92.0"]
+    assert row[10:16] == ["45.0", "46.0", "105.0", "120.0", "121.0", "130.0"]
+    assert row[-3:] == ["0 / 1", "1", "0"]
+    summary = contention_lib.node_loss_summary_row("scheduler-plugins", [trial, trial], "baseline", "cec571e")
+    assert summary[:9] == ["scheduler-plugins", "baseline", "cec571e", "2", "2/2", "482.0", "302.0",
+                           "241.0 (241.0)", "120.5 (120.5)"]  # 2 x (120.5 - 45) x 2 GPUs after NotReady
+    assert summary[9:12] == ["122.0 / 122.0 / 122.0", "2/2", "6/6"]
 
 
 # -- the tool, end to end -------------------------------------------------------------------------
