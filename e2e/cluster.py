@@ -473,8 +473,10 @@ class Cluster:
     def stop_kubelet(self) -> None:
         """Stop the real node's kubelet for good, as one that crashed: its pods' containers keep
         running under containerd, but nothing renews the node's Lease or reports its pods, so the
-        node lifecycle controller marks the node lost after --node-monitor-grace-period
-        (wait_node_lost(realnode.NODE_NAME)). start_kubelet() brings it back."""
+        node lifecycle controller marks its Ready condition Unknown after --node-monitor-grace-period.
+        Alone in its cluster, the node may then get the unreachable NoSchedule taint only: with every
+        node down the controller is in full disruption and adds no NoExecute taint, which
+        wait_node_lost() waits for. start_kubelet() brings it back."""
         if not self.state.get("real_nodes"):
             raise ClusterError("this cluster has no real node")
         self.stop_component("kubelet")

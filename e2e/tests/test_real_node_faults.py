@@ -122,7 +122,8 @@ def test_kubelet_restarted_under_a_training_job_leaves_its_pods_running(env, kub
         job = assert_succeeded(env, "steady")
         worker = env.pod("steady-worker-0")
         assert (uid(worker), container(worker)["containerID"]) == before["steady-worker-0"], \
-            f"worker 0 is another pod or container after the kubelet's restart: {before}\n{describe_pods(env, 'steady')}"
+            f"worker 0 is another pod or container after the kubelet's restart: {before}\n" \
+            f"{describe_pods(env, 'steady')}"
         assert container(worker)["restartCount"] == 0, container(worker)
         run = progress(env, "steady-worker-0")
         assert run.runs == 1 and run.done and run.done_time > kubelet_back_at, \

@@ -50,7 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--target-loss", type=float, default=0.05,
                         help="exit 1 when the final evaluation loss is above this (default 0.05; the floor is 0.01)")
     parser.add_argument("--learning-rate", type=float, default=0.2)
-    parser.add_argument("--checkpoint-dir", help="the chief restores from and saves into it (a volume that outlives pods)")
+    parser.add_argument("--checkpoint-dir",
+                        help="the chief restores from and saves into it (a volume that outlives pods)")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="the chief saves every N global steps")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep after each step (longer runs)")
     parser.add_argument("--fill-memory-mb", type=int, default=0, help="fill a tensor of this size before training")
