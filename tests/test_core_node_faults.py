@@ -24,7 +24,8 @@ def node(name="n2", status="True", since=120.0, taints=(), message=""):
 LOSS_TABLE = [  # (case, node, reason or None)
     ("healthy", node(), None),
     ("Ready Unknown: no heartbeat", node(status="Unknown", taints=(UNREACHABLE,)), "NodeUnreachable"),
-    ("tainted unreachable, Ready not yet updated", node(taints=(UNREACHABLE,)), "NodeUnreachable"),
+    ("tainted unreachable, no Ready condition", node(status="", taints=(UNREACHABLE,)), "NodeUnreachable"),
+    ("Ready again, its unreachable taint not yet lifted", node(taints=(UNREACHABLE,)), None),
     ("NotReady for a moment (a kubelet restarting)", node(status="False", since=5, taints=(NOT_READY,)), None),
     ("NotReady past the grace", node(status="False", since=NOT_READY_GRACE_SECONDS + 1), "NodeNotReady"),
     ("deleted", None, "NodeDeleted"),

@@ -3,9 +3,11 @@
 
 A node is lost when its Ready condition is Unknown (the node lifecycle controller heard nothing from
 its kubelet for --node-monitor-grace-period) or False, when it carries the unreachable or not-ready
-taint, when the node object is deleted, or when the taint manager is evicting the pod. Ready False
-counts only once it has lasted NOT_READY_GRACE_SECONDS: a kubelet that restarts reports NotReady
-for the few seconds its runtime takes to answer, and its pods keep running meanwhile.
+taint while not Ready, when the node object is deleted, or when the taint manager is evicting the
+pod. Ready False counts only once it has lasted NOT_READY_GRACE_SECONDS: a kubelet that restarts
+reports NotReady for the few seconds its runtime takes to answer, and its pods keep running
+meanwhile. A node Ready again keeps its taint for a few seconds, until the controller lifts it (longer
+while it deems the zone disrupted): the gang made anew on it then is not lost again.
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ def node_loss(node: Node | None, now: datetime) -> NodeLoss | None:
     if status == "Unknown":
         return NodeLoss("NodeUnreachable", f"its Ready condition is Unknown{stamp}: its kubelet stopped posting "
                         "status", since, out)
+    if status == "True" and not out:
+        return None  # a node back: the controller lifts its unreachable or not-ready taint seconds later
     if UNREACHABLE in taints:
         return NodeLoss("NodeUnreachable", f"it is tainted {UNREACHABLE}", since, out)
     if status == "False" or NOT_READY in taints:
