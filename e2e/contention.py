@@ -486,8 +486,9 @@ class NodeLossRun(StreamRun):
         result = await super().run(timeout)
         events = await self.client.list("v1", "events", self.ns)
         reasons: dict[str, int] = {}
-        for e in events.get("items") or []:
-            if (e.get("involvedObject") or {}).get("kind") == "TFJob" and e.get("type") == "Warning":
+        for e in events.get("items") or []:  # this run's jobs only: the namespace keeps earlier trials' events
+            involved = e.get("involvedObject") or {}
+            if involved.get("kind") == "TFJob" and involved.get("name") in self.specs and e.get("type") == "Warning":
                 reasons[e.get("reason", "")] = reasons.get(e.get("reason", ""), 0) + int(e.get("count") or 1)
         since = lambda t: None if t is None or self.t_loss is None else t - self.t_loss  # noqa: E731
         result["node_loss"] = {
@@ -854,15 +855,29 @@ def write_node_loss_outputs(out: Path, scheduler: str, args, argv: list[str], re
             "variants": {v.name: {"tfop": v.commit, "source": str(v.source) if v.source else "working tree"}
                          for v in variants_},
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "harness_commit": commit(),
-            "took_s": round(took, 1)}
+            "took_s": round(took, 1), "tfjob_warnings": "per run"}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "trials": results}, indent=1))
     return render_node_loss(out / f"{stem}.json")
+
+
+def per_run_warnings(results: list[dict]) -> list[dict]:
+    """Files written before the count was per run hold, in each run, the Warning Events of every trial
+    so far in that variant's namespace (its events outlive the jobs): a run's own are the difference."""
+    out, seen = json.loads(json.dumps(results)), {}
+    for trial in out:
+        for variant, run in trial["runs"].items():
+            total, before = run["node_loss"]["tfjob_warnings"], seen.get(variant, {})
+            run["node_loss"]["tfjob_warnings"] = {k: n - before.get(k, 0) for k, n in total.items()}
+            seen[variant] = total
+    return out
 
 
 def render_node_loss(path: Path) -> str:
     """The .md beside a node-loss results .json, from it (also: --render PATH)."""
     data = json.loads(path.read_text())
     meta, results, scheduler = data["meta"], data["trials"], data["meta"]["scheduler"]
+    if meta.get("tfjob_warnings") != "per run":
+        results = per_run_warnings(results)
     names = [v for v in meta["variants"] if any(v in t["runs"] for t in results)]
     summary = md_table(NODE_LOSS_SUMMARY_HEAD, [node_loss_summary_row(scheduler, results, v,
                                                                       meta["variants"][v]["tfop"]) for v in names])

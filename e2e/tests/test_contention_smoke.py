@@ -330,6 +330,14 @@ def test_node_loss_rows_and_summary_from_plain_runs():
     assert summary[9:12] == ["122.0 / 122.0 / 122.0", "2/2", "6/6"]
 
 
+def test_warnings_counted_over_a_namespace_are_told_apart_per_run():
+    runs = lambda n: {"tfop": {"node_loss": {"tfjob_warnings": {"NodeLost": n}}}}  # noqa: E731
+    cumulative = [{"runs": runs(3)}, {"runs": runs(4)}, {"runs": runs(6)}]
+    own = contention.per_run_warnings(cumulative)
+    assert [t["runs"]["tfop"]["node_loss"]["tfjob_warnings"]["NodeLost"] for t in own] == [3, 1, 2]
+    assert cumulative[2]["runs"]["tfop"]["node_loss"]["tfjob_warnings"]["NodeLost"] == 6  # not changed
+
+
 # -- the tool, end to end -------------------------------------------------------------------------
 
 @pytest.mark.cluster
