@@ -41,7 +41,8 @@ def cli() -> None:
                    f"{MAX_JOB_REPLICAS}).")
 @click.option("--force-delete-lost-pods-after", default=0.0, show_default=True, type=click.FloatRange(min=0),
               metavar="SECONDS",
-              help="force-delete a job's pod stuck terminating on a lost node after this many seconds (0: never). "
+              help="force-delete a job's pod stuck terminating on a lost node this many seconds after the later of "
+                   "the node's loss and the end of the pod's grace period (0: never). "
                    "RISK: where the node is only cut off from the network, not down, its containers keep running, "
                    "and the new pod of the same name runs beside them: two copies of one TF task. By default tfop "
                    "waits for Kubernetes to release the pod (the node tainted node.kubernetes.io/out-of-service, "
