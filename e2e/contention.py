@@ -739,16 +739,7 @@ def run_node_loss(scheduler: str, args, trials: list[Trial], variants_: list[Var
     on the same trials (a trial takes minutes, most of them waiting for the node lifecycle
     controller and the admin); with --dir, one after the other on that cluster."""
     def on(cluster: Cluster, vs: list[Variant]) -> list[dict]:
-        bench = NodeLossBench(cluster, scheduler, vs, args)
-        bench.start()
-
-        async def all_trials() -> list[dict]:
-            async with Admin(cluster.kubeconfig, connections=16) as admin:
-                return [await bench.trial(admin, t) for t in trials]
-        try:
-            return asyncio.run(all_trials())
-        finally:
-            bench.stop()
+        return run_trials(NodeLossBench(cluster, scheduler, vs, args), cluster, trials)
 
     if args.dir:
         return on(Cluster.attach(args.dir), variants_)
@@ -789,6 +780,11 @@ def commit() -> str:
 
 def run_scheduler(cluster: Cluster, scheduler: str, args, trials: list[Trial]) -> list[dict]:
     bench = SchedulerBench(cluster, scheduler, ["on", "off"] if args.gang == "both" else [args.gang], args)
+    return run_trials(bench, cluster, trials)
+
+
+def run_trials(bench, cluster: Cluster, trials: list[Trial]) -> list[dict]:
+    """Every trial in turn on a bench (its operators started first, stopped whatever happens)."""
     bench.start()
 
     async def all_trials() -> list[dict]:

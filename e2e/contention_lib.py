@@ -450,8 +450,8 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
                      + ["| " + " | ".join(r) + " |" for r in rows if r])
 
 
-def plot(scheduler: str, trials: list[dict], path: Path) -> bool:
-    """One panel per trial: GPUs held by partial gangs over time, gang on and off."""
+def _trial_panels(n: int):
+    """(pyplot, figure, axes) of one panel per trial, three to a row; None without matplotlib."""
     try:
         import matplotlib
 
@@ -459,10 +459,29 @@ def plot(scheduler: str, trials: list[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         print("[contention] matplotlib not installed: no plot (pip install '.[bench]')", file=sys.stderr)
-        return False
-    cols = min(3, len(trials)) or 1
-    rows = math.ceil(len(trials) / cols) or 1
+        return None
+    cols = min(3, n) or 1
+    rows = math.ceil(n / cols) or 1
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    return plt, fig, axes
+
+
+def _save_panels(plt, fig, axes, n: int, title: str, path: Path) -> bool:
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot(scheduler: str, trials: list[dict], path: Path) -> bool:
+    """One panel per trial: GPUs held by partial gangs over time, gang on and off."""
+    panels = _trial_panels(len(trials))
+    if panels is None:
+        return False
+    plt, fig, axes = panels
     for ax, trial in zip(axes.flat, trials):
         for mode, colour in (("on", "tab:blue"), ("off", "tab:red")):
             run = trial["runs"].get(mode)
@@ -476,13 +495,7 @@ def plot(scheduler: str, trials: list[dict], path: Path) -> bool:
         ax.set_ylabel("GPUs in partial gangs", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(trials):]:
-        ax.axis("off")
-    fig.suptitle(f"{scheduler}: GPUs held by partially bound gangs", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save_panels(plt, fig, axes, len(trials), f"{scheduler}: GPUs held by partially bound gangs", path)
 
 
 # -- the preemption scenario's report ---------------------------------------------------------
@@ -654,17 +667,10 @@ def node_loss_summary_row(scheduler: str, trials: list[dict], variant: str, tfop
 def plot_node_loss(scheduler: str, trials: list[dict], path: Path, variants: tuple[str, ...] = ("tfop", "baseline")
                    ) -> bool:
     """One panel per trial: GPUs held by gangs that cannot progress over time, s after the node's loss."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("[contention] matplotlib not installed: no plot (pip install '.[bench]')", file=sys.stderr)
+    panels = _trial_panels(len(trials))
+    if panels is None:
         return False
-    cols = min(3, len(trials)) or 1
-    rows = math.ceil(len(trials) / cols) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    plt, fig, axes = panels
     for ax, trial in zip(axes.flat, trials):
         for variant, colour in zip(variants, ("tab:blue", "tab:red")):
             run = trial["runs"].get(variant)
@@ -682,10 +688,5 @@ def plot_node_loss(scheduler: str, trials: list[dict], path: Path, variants: tup
         ax.set_ylabel("GPUs stuck", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(trials):]:
-        ax.axis("off")
-    fig.suptitle(f"{scheduler}: GPUs held by gangs that cannot progress after a node's loss", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save_panels(plt, fig, axes, len(trials),
+                        f"{scheduler}: GPUs held by gangs that cannot progress after a node's loss", path)

@@ -32,7 +32,7 @@ from tfop.runtime.capacity import ClusterRoom
 from tfop.kube.informer import Informer
 from tfop.kube.ticks import PACE
 from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
-from tfop.runtime.nodes import NodeHealth, jobs_on
+from tfop.runtime.nodes import NodeHealth, wake_jobs_on
 from tfop.runtime.metrics import Metrics
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
 from tfop.kube.supervisor import first_of, stop_all
@@ -125,8 +125,7 @@ class Controller:
         self.groups = self.priorities = self.room = None
         pods = {"trim": partial(trim_child, shared=shared)}
         # A node lost, back, deleted or tainted: a pass for every job with a pod on it.
-        self.nodes = NodeHealth(lambda node: [self.queue.add(k) for k in jobs_on(node, self.pods.objects.values(),
-                                                                                 label_key)])
+        self.nodes = NodeHealth(lambda node: wake_jobs_on(node, self.pods.objects.values(), label_key, self.queue.add))
         if self.backend is not None:
             wake = partial(wake_waiting_gangs, self.jobs, self.queue.add)  # no pass waits for the room
             self.room = ClusterRoom(self.client, self.backend, namespaces, self.queue.add, on_room_grew=wake,

@@ -2,9 +2,10 @@
 
 The node informer is the capacity view's (tfop/runtime/capacity.py), with a gang backend; without
 one the operator's role grants no node reads, and a lost node is known by the taint manager's
-DisruptionTarget on the pod (tolerationSeconds after the loss: 300 s by default). A node's status is written by its kubelet every few seconds to minutes; of it only Ready's
-status, since when, and the taints say whether its pods are lost, so only a change of those (or the
-node's deletion) wakes the jobs with pods on it.
+DisruptionTarget on the pod (tolerationSeconds after the loss: 300 s by default). A node's status
+is written by its kubelet every few seconds to minutes; of it only Ready's status, since when, and
+the taints say whether its pods are lost, so only a change of those (or the node's deletion) wakes
+the jobs with pods on it.
 """
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ class NodeHealth:
         return {n: informer.get("", n) for n in names}
 
 
-def jobs_on(node: str, pods: Iterable[Mapping[str, Any]], key_of: Callable[[Mapping[str, Any]], Any]) -> set:
-    """The keys of the jobs with a pod on `node`. Node health changes are rare, so a look over every pod
+def wake_jobs_on(node: str, pods: Iterable[Mapping[str, Any]], key_of: Callable[[Mapping[str, Any]], Any],
+                 wake: Callable[[Any], None]) -> None:
+    """A pass for each job with a pod on `node`. Node health changes are rare, so a look over every pod
     kept costs little."""
-    return {key for pod in pods if (pod.get("spec") or {}).get("nodeName") == node and (key := key_of(pod))}
+    for key in {key for pod in pods if (pod.get("spec") or {}).get("nodeName") == node and (key := key_of(pod))}:
+        wake(key)
