@@ -168,7 +168,7 @@ class Bench:
         self.delete_timeout = max(600.0, 0.05 * jobs * sum(self.objects_per_job().values()))
 
     def sample_objects(self) -> list[dict]:
-        from tfop.tools.offline import first_start_objects
+        from tfop.tools.offline.render import first_start_objects
 
         return first_start_objects(tfjob("x", "default", self.replicas), self.ctx)
 
@@ -198,7 +198,7 @@ class Bench:
 
     def render(self, jobs: list[dict]) -> dict[str, list[dict]]:
         """The raw row's objects, rendered before t0 (J=5000 takes ~45 s and ~300 MB here)."""
-        from tfop.tools.offline import first_start_objects
+        from tfop.tools.offline.render import first_start_objects
 
         t = time.monotonic()
         rendered = {j["metadata"]["name"]: [strip_owner(o) for o in first_start_objects(j, self.ctx)] for j in jobs}

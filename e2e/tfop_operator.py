@@ -24,7 +24,7 @@ DEPLOYED_GANG = "tfop_deployed_gang"
 
 def deploy_manifests(cluster, gang_scheduler_name: str | None) -> None:
     """Apply CRDs and RBAC (not the Deployment: the operator runs here as a process)."""
-    from tfop.tools.manifests import deploy_objects
+    from tfop.tools.deploy.manifests import deploy_objects
 
     objects = deploy_objects(enable_gang=bool(gang_scheduler_name), gang_scheduler_name=gang_scheduler_name,
                              create_namespace=True)  # a fresh cluster has no kubeflow namespace yet

@@ -314,7 +314,7 @@ def test_a_file_that_is_not_text():
 @pytest.mark.parametrize("command,broken", [("validate", "job_problems"), ("render", "first_start_objects")])
 def test_the_last_resort_is_one_line(monkeypatch, command, broken):
     """Were a job to reach an exception no check foresaw: one line, exit code 1, no traceback."""
-    from tfop.tools import offline
+    from tfop.tools.offline import render as offline
 
     def fail(*_args, **_kwargs):
         raise RuntimeError("a bug\nover two lines")

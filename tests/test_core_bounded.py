@@ -182,7 +182,7 @@ def test_run_refuses_a_ceiling_admission_would_never_reach():
 
 
 def test_render_shows_every_pass_of_a_job_bigger_than_one_batch():
-    from tfop.tools.offline import first_start_objects
+    from tfop.tools.offline.render import first_start_objects
 
     workers = 2 * MAX_CREATES_PER_PASS + 5
     objects = first_start_objects(tfjob({"PS": 1, "Worker": workers}), context())
@@ -194,7 +194,7 @@ def test_render_shows_every_pass_of_a_job_bigger_than_one_batch():
 
 def test_validate_warns_of_a_job_over_the_default_ceiling_and_render_shows_it(tmp_path):
     """Offline the operator's flags are unknown: a warning (exit 0), and the objects the job becomes."""
-    from tfop.tools.offline import first_start_objects
+    from tfop.tools.offline.render import first_start_objects
 
     obj = tfjob({"PS": 1, "Worker": DEFAULT_MAX_PODS_PER_JOB})
     path = tmp_path / "job.yaml"

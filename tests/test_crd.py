@@ -1,4 +1,4 @@
-"""The generated TFJob CRD and the offline TFJob validation (tfop.tools.crd)."""
+"""The generated TFJob CRD and the offline TFJob validation (tfop.tools.offline.crd)."""
 import copy
 import json
 import os
@@ -12,7 +12,8 @@ import pytest
 from tests.seeds import seed_jobs
 from tfop.api import rules as spec_rules
 from tfop.api.validation import Problem
-from tfop.tools import crd, crdgen
+from tfop.tools.offline import crd
+from tfop.tools.deploy import crdgen
 from tfop.children.resources import resource_path
 
 MAX_CRD_JSON_BYTES = int(1.3 * 1024 * 1024)  # etcd takes at most 1.5 MiB per request
@@ -36,7 +37,7 @@ def _nodes(schema, path="<root>"):
 # ---------------------------------------------------------------- the CRD file
 def test_committed_crd_matches_generator():
     assert resource_path("crds", crd.CRD_FILE).read_text() == crdgen.crd_file_text(), \
-        "crds/ is stale: run python -m tfop.tools.crdgen"
+        "crds/ is stale: run python -m tfop.tools.deploy.crdgen"
 
 
 def test_names_and_scope():

@@ -7,7 +7,8 @@ import yaml
 
 from operator_fixtures import deployment as _deployment, lease as _operator_lease, pod as _operator_pod
 from tfop.gang import registry
-from tfop.tools import doctor, rbac
+from tfop.tools.doctor import checks as doctor
+from tfop.tools.deploy import rbac
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -316,7 +317,7 @@ def test_doctor_on_real_cluster(request):
     from click.testing import CliRunner
     from kubernetes import client, config
 
-    from tfop.tools.deploy_cli import doctor_cmd
+    from tfop.tools.deploy.commands import doctor_cmd
 
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)

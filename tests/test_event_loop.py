@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from tfop.tools.cli import cli
-from tfop.tools.event_loop import event_loop_runner
+from tfop.runtime.event_loop import event_loop_runner
 
 
 async def loop_module() -> str:

@@ -310,7 +310,7 @@ def test_a_missing_plugin_says_how_to_install_it(tmp_path):
 
 def test_a_plugin_failure_at_start_up_is_one_startup_line(tmp_path):
     from tfop.kube.kubeconfig import StartupError
-    from tfop.tools.startup import load_credentials, probe
+    from tfop.runtime.startup import load_credentials, probe
 
     config = plugin(tmp_path, mode="fail")
     user = {"exec": {"apiVersion": V1, "command": config.command, "env": [{"name": k, "value": v}

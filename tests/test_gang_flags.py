@@ -6,7 +6,9 @@ from click.testing import CliRunner
 from core_fixtures import tfjob
 from tfop.gang import registry
 from tfop.gang.registry import backend_from_flags
-from tfop.tools import gang_flags, manifests, operator_args
+from tfop.tools import gang_flags
+from tfop.tools.deploy import manifests
+from tfop.tools.deploy import operator_args
 from tfop.tools.cli import cli
 
 VOLCANO_CRDS = {"podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"}

@@ -3,11 +3,12 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from tfop.tools import manifests, rbac
+from tfop.tools.deploy import manifests
+from tfop.tools.deploy import rbac
 from tfop.gang import registry
-from tfop.tools.gang_toggle import (Target, apply_gang, describe_args, describe_rules, toggle_args,
+from tfop.tools.deploy.gang_toggle import (Target, apply_gang, describe_args, describe_rules, toggle_args,
                                     toggle_rules)
-from tfop.tools.operator_args import gang_flags
+from tfop.tools.deploy.operator_args import gang_flags
 
 ON = ["run", "--enable-gang-scheduling", "--gang-scheduler-name", "volcano", "--all-namespaces"]
 OFF = ["run", "--all-namespaces"]

@@ -30,7 +30,9 @@ from packaging.version import Version
 import tfop
 from tfop.core.settings import DEFAULT_IMAGE
 from tfop.gang import registry
-from tfop.tools import kustomize, manifests, rbac
+from tfop.tools.deploy import kustomize
+from tfop.tools.deploy import manifests
+from tfop.tools.deploy import rbac
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "tfop"
@@ -104,7 +106,7 @@ def _run(args: list[str]) -> str:
 
 # ------------------------------------------------------------------ generated files
 def test_generated_files_are_current():
-    assert kustomize.stale_files() == [], "manifests/ or the chart's CRD is stale: run python -m tfop.tools.kustomize"
+    assert kustomize.stale_files() == [], "manifests/ or the chart's CRD is stale: run python -m tfop.tools.deploy.kustomize"
 
 
 def test_crd_copies_are_the_crd():

@@ -5,7 +5,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tfop.tools import manifests, rbac
+from tfop.tools.deploy import manifests
+from tfop.tools.deploy import rbac
 from tfop.gang import registry
 
 VERSION = kubernetes_validate.utils.latest_version()

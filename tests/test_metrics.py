@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tfop.core.transitions import Transitions, transitions
 from tfop.runtime.jobs import JobRecord
 from tfop.runtime.metrics import Metrics, api_call, job_state
-from tfop.tools.logs import JsonLines
+from tfop.runtime.logs import JsonLines
 
 NOW = datetime(2026, 11, 23, 12, 0, 30, tzinfo=timezone.utc)
 CREATED = "2026-11-23T12:00:00Z"

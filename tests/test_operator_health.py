@@ -1,10 +1,11 @@
-"""`tfop doctor` on the installed operator (tfop.tools.operator_health): plain tables."""
+"""`tfop doctor` on the installed operator (tfop.tools.doctor.operator_health): plain tables."""
 import datetime as dt
 
 import pytest
 
 from operator_fixtures import deployment, lease, pod
-from tfop.tools import operator_args, operator_health
+from tfop.tools.deploy import operator_args
+from tfop.tools.doctor import operator_health
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 FRESH = NOW - dt.timedelta(seconds=4)

@@ -1,4 +1,4 @@
-"""rbac/ is generated from tfop.tools.rbac; these tests make drift and wildcards impossible."""
+"""rbac/ is generated from tfop.tools.deploy.rbac; these tests make drift and wildcards impossible."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -7,7 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tfop.tools import rbac
+from tfop.tools.deploy import rbac
 from tfop.gang import registry
 
 RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
@@ -16,7 +16,7 @@ RBAC_DIR = Path(__file__).resolve().parent.parent / "rbac"
 def test_rbac_dir_matches_generator():
     want = rbac.file_texts()
     have = {p.name: p.read_text() for p in RBAC_DIR.glob("*.yaml")}
-    assert have == want, "rbac/ is stale: run `python -m tfop.tools.rbac`"
+    assert have == want, "rbac/ is stale: run `python -m tfop.tools.deploy.rbac`"
 
 
 @pytest.mark.parametrize("name", sorted(rbac.file_texts()))

@@ -9,7 +9,7 @@ from tfop.api import rules
 from tfop.api.normalize import normalize
 from tfop.api.validation import ERROR, WARNING, Problem, quantity_problems, template_quantity_problems
 from tfop.gang.shape import shape_problems
-from tfop.tools import crd
+from tfop.tools.offline import crd
 from tfop.tools.cli import cli
 
 

@@ -20,7 +20,7 @@ import yaml
 from e2e.cluster import AUDIT_LOG
 from e2e.tests.lifecycle_helpers import Env, active, pod_names, replica, tfjob
 from e2e.tfop_operator import OperatorProcess, wait_established
-from tfop.tools import rbac
+from tfop.tools.deploy import rbac
 
 Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"

@@ -387,7 +387,7 @@ class ScopedOperator(OperatorProcess):
         self.account = f"tfop-{gang or 'off'}"
 
     def deploy(self) -> None:
-        from tfop.tools.manifests import deploy_objects
+        from tfop.tools.deploy.manifests import deploy_objects
 
         with _deploy_lock:
             if (str(self.cluster.dir), self.account) in _deployed:

@@ -29,7 +29,7 @@ from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials
 from tfop.kube.leader import LeaderElector
 from tfop.kube.lease import LEASE_API, LEASE_PLURAL, LeaseTiming
-from tfop.tools import rbac
+from tfop.tools.deploy import rbac
 
 pytestmark = pytest.mark.cluster
 

@@ -28,7 +28,7 @@ from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env
 from e2e.tests.realnode_helpers import TRAIN_SECONDS, describe_pods, running, sigkill_process, wait_finished
 from e2e.training import replica, tfjob, workload_configmap
-from tfop.tools import rbac
+from tfop.tools.deploy import rbac
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,
               pytest.mark.images(*REAL_CLUSTER_IMAGES, "operator")]

@@ -28,8 +28,8 @@ import yaml
 from e2e import build
 from e2e.tests.lifecycle_helpers import Env, replica, tfjob
 from e2e.tfop_operator import DEPLOYED_GANG, OperatorProcess, wait_established
-from tfop.tools import rbac
-from tfop.tools.manifests import deploy_objects
+from tfop.tools.deploy import rbac
+from tfop.tools.deploy.manifests import deploy_objects
 
 pytestmark = [pytest.mark.cluster, pytest.mark.builds("helm")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,8 @@ from e2e.tests.test_seeds_apply import expected_children
 from e2e.tfop_operator import deploy_manifests, wait_established
 from tests.test_crd import BAD_JOBS, CEL_MESSAGES, _insertable, good_job
 from tfop.children.resources import resource_path
-from tfop.tools import crd, rbac
+from tfop.tools.offline import crd
+from tfop.tools.deploy import rbac
 
 
 OLDEST, NEWEST = "1.30", "1.37"

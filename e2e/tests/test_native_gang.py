@@ -164,7 +164,8 @@ def test_doctor_and_auto_find_the_api_and_the_gate(native, namespace):
     from kubernetes import config
 
     from tfop.gang import registry
-    from tfop.tools import discovery, doctor
+    from tfop.tools import discovery
+    from tfop.tools.doctor import checks as doctor
 
     cluster, _ = native
     api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -19,7 +19,7 @@ import pytest
 from e2e.tests.audit_helpers import (VOLCANO, AuditedOperator, assert_gang_operator_exact, assert_role_exact,
                                      exercise, kueue_kinds_served, live_rules, priority_class_made, run_audited)
 from e2e.tests.lifecycle_helpers import Env
-from tfop.tools import rbac
+from tfop.tools.deploy import rbac
 
 pytestmark = pytest.mark.cluster
 

@@ -1,7 +1,7 @@
 """The TFJob spec rules: each is one CEL expression for the CRD and the same check in Python.
 
-tfop.tools.crdgen writes every rule into the CRD's x-kubernetes-validations at
-the node it names; tfop.tools.crd evaluates the same table offline, so
+tfop.tools.deploy.crdgen writes every rule into the CRD's x-kubernetes-validations at
+the node it names; tfop.tools.offline.crd evaluates the same table offline, so
 `tfop validate` refuses what the apiserver refuses, in the same words.
 normalize applies the predicates to its case-folded view of the replica types
 (see canonical_type) with wording of its own.

@@ -58,7 +58,7 @@ class Settings:
     # /metrics (Prometheus), controller-runtime's default address; "0" turns it off.
     metrics_bind_address: str = ":8080"
     # "uvloop" (libuv's loop: a TLS connection costs ~70 KB of memory against ~320 with asyncio's
-    # own), "asyncio", or "auto": uvloop where it is installed (tfop/tools/event_loop.py).
+    # own), "asyncio", or "auto": uvloop where it is installed (tfop/runtime/event_loop.py).
     event_loop: str = "auto"
 
     @property

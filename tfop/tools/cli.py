@@ -73,7 +73,7 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig, log_format, verbose, **options) -> None:
     """Run the operator against the current cluster."""
-    from tfop.tools.logs import configure
+    from tfop.runtime.logs import configure
 
     settings = _run_settings(**options)
     configure(log_format, verbose)
@@ -107,8 +107,8 @@ def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
     from tfop.kube.leader import LeadershipLost
     from tfop.runtime.main import run_operator
     from tfop.kube.supervisor import VitalTaskDied
-    from tfop.tools.event_loop import event_loop_runner
-    from tfop.tools.startup import operator_preflight
+    from tfop.runtime.event_loop import event_loop_runner
+    from tfop.runtime.startup import operator_preflight
 
     _check_gang_flags(settings)
 
@@ -140,7 +140,7 @@ def _check_gang_flags(settings: Settings) -> None:
 
 
 def _load(files) -> list[tuple[str, dict]]:
-    from tfop.tools.offline import documents, tfjobs_in
+    from tfop.tools.offline.render import documents, tfjobs_in
 
     out = []
     for handle in files:
@@ -182,7 +182,7 @@ def _context(enable, gang_name, scheduler_name):
 
 def _problem_line(file: str, job: dict, problem) -> str:
     """FILE: JOB: FIELD: [warning: ]message, on one line whatever the file's names hold."""
-    from tfop.tools.offline import job_label, printable
+    from tfop.tools.offline.render import job_label, printable
 
     label = "" if problem.blocking else f"{problem.severity}: "
     return printable(f"{file}: {job_label(job)}: {problem.field}: {label}{problem.message}")
@@ -199,7 +199,7 @@ def _one_line_errors(command):
             raise
         except Exception as err:
             from tfop.api.validation import SHOWN_MAX
-            from tfop.tools.offline import printable
+            from tfop.tools.offline.render import printable
 
             text = printable(" ".join(str(err).split()))[:SHOWN_MAX]
             raise click.ClickException(f"internal error, please report it with the input: {type(err).__name__}: "
@@ -216,7 +216,7 @@ def _one_line_errors(command):
 @_one_line_errors
 def render(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, output) -> None:
     """Print every object the operator creates for the jobs, without a cluster."""
-    from tfop.tools.offline import first_start_objects, spec_problems, with_namespace
+    from tfop.tools.offline.render import first_start_objects, spec_problems, with_namespace
 
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     objects, bad = [], 0
@@ -250,7 +250,7 @@ def validate(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     job is checked as a gang too, as the operator started with them would. Checks needing the
     cluster (do the PriorityClasses exist?) are skipped.
     """
-    from tfop.tools.offline import job_problems, with_namespace
+    from tfop.tools.offline.render import job_problems, with_namespace
 
     ctx = _context(enable_gang_scheduling, gang_scheduler_name, scheduler_name)
     bad = 0
@@ -262,7 +262,7 @@ def validate(files, enable_gang_scheduling, gang_scheduler_name, scheduler_name)
 
 
 def _register_deploy_commands() -> None:
-    from tfop.tools.deploy_cli import register
+    from tfop.tools.deploy.commands import register
 
     register(cli)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from tfop.tools.operator_args import ENABLE, GANG_NAME, SCHEDULER_NAME
+from tfop.tools.deploy.operator_args import ENABLE, GANG_NAME, SCHEDULER_NAME
 
 ENABLE_HELP = "Make every TFJob a gang (backend: --gang-scheduler-name, else volcano)."
 GANG_NAME_HELP = ("Gang backend; implies --enable-gang-scheduling. One of volcano (the default), "

@@ -1,6 +1,6 @@
 {{/*
 Every object is named `tfop` and labelled as `tfop manifests` labels it, so `helm template` and
-`tfop manifests` render the same objects: the Roles with tfop/tools/rbac.py LABELS, the
+`tfop manifests` render the same objects: the Roles with tfop/tools/deploy/rbac.py LABELS, the
 ServiceAccount, ClusterRole(Binding) and Deployment with the operator's component too (the
 templates/deploy/*.yaml.j2 `labels`). No Helm labels are added.
 */}}
@@ -30,7 +30,7 @@ app.kubernetes.io/component: operator
 
 {{/*
 What each gang backend needs beyond the base rules (tfop/gang/backends/*.py rbac_rules and
-tfop/tools/rbac.py crd_rules): the CRD reads at start, and its group objects.
+tfop/tools/deploy/rbac.py crd_rules): the CRD reads at start, and its group objects.
 */}}
 {{- define "tfop.backends" -}}
 volcano: {crdVerbs: [get, list], groupObjects: {apiGroup: scheduling.volcano.sh, resource: podgroups}, queues: {apiGroup: scheduling.volcano.sh, resource: queues}}
@@ -54,7 +54,7 @@ kubernetes: {crdVerbs: [], groupObjects: {apiGroup: scheduling.k8s.io, resource:
 {{- end }}
 
 {{/*
-The operator's rules as YAML {base, group, cluster} (tfop/tools/rbac.py operator_rules, split by
+The operator's rules as YAML {base, group, cluster} (tfop/tools/deploy/rbac.py operator_rules, split by
 scope): base and group are namespaced (TFJobs, pods, services, events; the gang's group objects and
 Kueue's Workloads and LocalQueues),
 cluster is what a Role cannot grant (PriorityClasses, nodes, CRDs, Volcano's queues). All namespaces: one ClusterRole with
@@ -90,7 +90,7 @@ cluster: []
 {{- end }}
 {{- end }}
 
-{{/* The container args (tfop/tools/manifests.py operator_args). */}}
+{{/* The container args (tfop/tools/deploy/manifests.py operator_args). */}}
 {{- define "tfop.args" -}}
 {{- $args := list "run" -}}
 {{- if include "tfop.gangEnabled" . -}}

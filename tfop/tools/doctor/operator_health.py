@@ -9,8 +9,8 @@ import datetime as dt
 from typing import Any, Mapping
 
 from tfop.api.pods import is_ready, terminating
-from tfop.tools.checks import Check, lease_age, lease_is_live
-from tfop.tools.operator_args import flag_value, leader_election, operator_container_index
+from tfop.tools.doctor.report import Check, lease_age, lease_is_live
+from tfop.tools.deploy.operator_args import flag_value, leader_election, operator_container_index
 
 LEADER_ELECT_NAMESPACE = "--leader-elect-namespace"
 # At most this many problems are listed: the replicas of a crash-looping Deployment all say the same.

@@ -1,7 +1,7 @@
 """`tfop manifests`: everything needed to run the operator, as plain objects.
 
 Filled in from templates/deploy/*.yaml.j2; the ClusterRole's rules come from
-tfop.tools.rbac so the deploy manifests, rbac/ and `tfop doctor` all agree.
+tfop.tools.deploy.rbac so the deploy manifests, rbac/ and `tfop doctor` all agree.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import yaml
 from tfop.children.resources import resource_path
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESPACE
 from tfop.gang.registry import backend_from_flags
-from tfop.tools import rbac
-from tfop.tools.operator_args import run_args
+from tfop.tools.deploy import rbac
+from tfop.tools.deploy.operator_args import run_args
 
 # `kubectl apply -f` creates objects in file order; each kind needs the ones before it.
 KIND_ORDER = ("CustomResourceDefinition", "Namespace", "ServiceAccount",
@@ -38,7 +38,7 @@ APPLY_NOTE = (
 
 
 def _crds() -> list[dict]:
-    from tfop.tools.crd import load_crd
+    from tfop.tools.offline.crd import load_crd
 
     crd = load_crd()
     return list(crd) if isinstance(crd, list) else [crd]

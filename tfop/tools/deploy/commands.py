@@ -15,7 +15,7 @@ from tfop.tools.gang_flags import gang_options
 def _api_client(kubeconfig: str | None, context: str | None):
     """A client of the official `kubernetes` package whose apiserver answered; one line otherwise."""
     from tfop.kube.kubeconfig import StartupError
-    from tfop.tools.startup import official_client
+    from tfop.runtime.startup import official_client
 
     try:
         return official_client(kubeconfig, context)
@@ -25,7 +25,7 @@ def _api_client(kubeconfig: str | None, context: str | None):
 
 def _lost_server(err: Exception) -> click.ClickException:
     """The apiserver went away mid-command (requests are not retried): one line, not a traceback."""
-    from tfop.tools.startup import unreachable_reason
+    from tfop.runtime.startup import unreachable_reason
 
     return click.ClickException(f"the apiserver stopped answering: {unreachable_reason(err)}")
 
@@ -73,7 +73,7 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
       kubectl create namespace kubeflow
       tfop manifests | kubectl apply --server-side -f -
     """
-    from tfop.tools.manifests import deploy_objects, dump
+    from tfop.tools.deploy.manifests import deploy_objects, dump
 
     try:
         objs = deploy_objects(enable_gang_scheduling, gang_scheduler_name, scheduler_name, namespace, image,
@@ -103,7 +103,7 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from tfop.tools import doctor
+    from tfop.tools.doctor import checks as doctor
 
     cluster = doctor.Cluster(_api_client(kubeconfig, context))
     try:
@@ -137,7 +137,7 @@ def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconf
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from tfop.tools.gang_toggle import Target, apply_gang
+    from tfop.tools.deploy.gang_toggle import Target, apply_gang
 
     target = Target(namespace=namespace, deployment=deployment, cluster_role=cluster_role)
     try:

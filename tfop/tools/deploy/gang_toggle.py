@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping
 from tfop.gang.base import GangBackend
 from tfop.gang.registry import backend_from_flags
 from tfop.tools import discovery
-from tfop.tools.operator_args import ENABLE, GANG_NAME, flag_units, gang_flags, is_gang_flag, operator_container_index
-from tfop.tools.rbac import canonical_rule, operator_rules
+from tfop.tools.deploy.operator_args import ENABLE, GANG_NAME, flag_units, gang_flags, is_gang_flag, operator_container_index
+from tfop.tools.deploy.rbac import canonical_rule, operator_rules
 
 # Named in server-side apply conflicts: re-applying `tfop manifests` made with
 # other gang flags than the last `tfop gang` run then says who set the fields.

@@ -22,10 +22,12 @@ from tfop.api.constants import GROUP, PLURAL
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang import registry
 from tfop.gang.base import GangBackend
-from tfop.tools import discovery, operator_args, operator_health
-from tfop.tools.checks import LEASE_GRACE, Check, lease_is_live, parse_time
-from tfop.tools.checks import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
-from tfop.tools.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
+from tfop.tools import discovery
+from tfop.tools.deploy import operator_args
+from tfop.tools.doctor import operator_health
+from tfop.tools.doctor.report import LEASE_GRACE, Check, lease_is_live, parse_time
+from tfop.tools.doctor.report import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
+from tfop.tools.deploy.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
 
 TFJOB_CRD = "tfjobs.kubeflow.org"
 DEFAULT_SCHEDULER = "default-scheduler"

@@ -78,7 +78,7 @@ def job_problems(obj: Mapping[str, Any], ctx: Context) -> list[Problem]:
 def spec_problems(obj: Mapping[str, Any]) -> list[Problem]:
     """What the apiserver refuses (the CRD's schema and rules) and then what the operator fails the
     job for (normalize), one problem a field: a job with any of them gets no pods."""
-    from tfop.tools.crd import schema_problems
+    from tfop.tools.offline.crd import schema_problems
 
     problems = list(schema_problems(dict(obj)))
     seen = {p.field for p in problems}
