@@ -319,8 +319,12 @@ def test_doctor_on_real_cluster(request):
 
     from tfop.tools.deploy.commands import doctor_cmd
 
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    from tfop.kube.blocking import BlockingClient
+    from tfop.kube.credentials import load_credentials
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # the test's own hands
     core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    tfop_api = BlockingClient(load_credentials(str(cluster.kubeconfig))).__enter__()
     kube_batch, _ = registry.load_backend("kube-batch")  # its CRD is absent (the scenario installing it removes it)
     lacking = ("scheduling.incubator.k8s.io", "podgroups", "create")
     granted = [p for p in rbac.permissions(rbac.operator_rules(kube_batch)) if p != lacking]
@@ -332,7 +336,7 @@ def test_doctor_on_real_cluster(request):
     rbac_api.create_cluster_role_binding(rbac.cluster_role_binding(
         namespace=namespace, name=role, role=role, service_account_name="op"))
     try:
-        checks = doctor.run_checks(doctor.Cluster(api), kube_batch, namespace, "op",
+        checks = doctor.run_checks(doctor.Cluster(tfop_api), kube_batch, namespace, "op",
                                    scheduler_name=f"no-such-scheduler-{namespace}",
                                    scheduler_service_account=(namespace, "sched"))
         by_title = {c.title: c for c in checks}
@@ -368,13 +372,14 @@ def test_doctor_on_real_cluster(request):
               "verbs": ["list", "watch"]}], name=sched_role))
         rbac_api.create_cluster_role_binding(rbac.cluster_role_binding(
             namespace=namespace, name=sched_role, role=sched_role, service_account_name="sched"))
-        checks = doctor.run_checks(doctor.Cluster(api), kube_batch, namespace, "op",
+        checks = doctor.run_checks(doctor.Cluster(tfop_api), kube_batch, namespace, "op",
                                    scheduler_name=f"no-such-scheduler-{namespace}",
                                    scheduler_service_account=(namespace, "sched"))
         by_title = {c.title: c for c in checks}
         assert by_title[perms.title].ok is True
         assert by_title[s_title].ok is True
     finally:
+        tfop_api.close()
         for name in (role, sched_role):
             for delete in (rbac_api.delete_cluster_role_binding, rbac_api.delete_cluster_role):
                 try:

@@ -309,8 +309,9 @@ def test_a_missing_plugin_says_how_to_install_it(tmp_path):
 
 
 def test_a_plugin_failure_at_start_up_is_one_startup_line(tmp_path):
+    from tfop.kube.blocking import BlockingClient
+    from tfop.kube.credentials import load_credentials
     from tfop.kube.kubeconfig import StartupError
-    from tfop.runtime.startup import load_credentials, probe
 
     config = plugin(tmp_path, mode="fail")
     user = {"exec": {"apiVersion": V1, "command": config.command, "env": [{"name": k, "value": v}
@@ -318,7 +319,8 @@ def test_a_plugin_failure_at_start_up_is_one_startup_line(tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig(user, {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True})))
     with pytest.raises(StartupError, match=r"^exec plugin .*/plugin.py: exited with code 3: no credentials for you$"):
-        asyncio.run(probe(load_credentials(str(path), None, {})))
+        with BlockingClient(load_credentials(str(path), None, {})):
+            pass
 
 
 # ------------------------------------------------------------------ a plugin's client certificate

@@ -109,41 +109,33 @@ def test_describe_rules():
 
 # ------------------------------------------------------------ apply_gang, fake API
 class FakeApi:
-    """Just enough of AppsV1Api + RbacAuthorizationV1Api + ApiClient for apply_gang."""
+    """Just enough of tfop.kube.blocking.BlockingClient for apply_gang: a Deployment and a ClusterRole."""
 
     def __init__(self, args, rules):
         self.args, self.rules, self.patches = list(args), [dict(r) for r in rules], []
 
-    def sanitize_for_serialization(self, obj):
-        return dict(obj)
+    def get(self, api_version, plural, namespace, name):
+        if plural == "deployments":
+            return {"spec": {"template": {"spec": {"containers": [{"name": "tfop", "args": list(self.args)}]}}}}
+        assert plural == "clusterroles"
+        return {"rules": [dict(r) for r in self.rules]}
 
-    def read_namespaced_deployment(self, name, namespace):
-        container = NS(name="tfop", args=list(self.args))
-        return NS(spec=NS(template=NS(spec=NS(containers=[container]))))
-
-    def patch_namespaced_deployment(self, name, namespace, body, field_manager):
+    def json_patch(self, api_version, plural, namespace, name, body, field_manager):
         assert field_manager == "tfop-gang"
-        assert body[0] == {"op": "test", "path": "/spec/template/spec/containers/0/args",
-                           "value": self.args}
-        self.args = body[-1]["value"]
-        self.patches.append(("deployment", body))
-
-    def read_cluster_role(self, name):
-        return NS(rules=[dict(r) for r in self.rules], aggregation_rule=None)
-
-    def patch_cluster_role(self, name, body, field_manager):
-        assert body[0]["op"] == "test" and body[0]["value"] == self.rules
-        self.rules = body[-1]["value"]
-        self.patches.append(("clusterrole", body))
+        if plural == "deployments":
+            assert body[0] == {"op": "test", "path": "/spec/template/spec/containers/0/args",
+                               "value": self.args}
+            self.args = body[-1]["value"]
+            self.patches.append(("deployment", body))
+        else:
+            assert body[0]["op"] == "test" and body[0]["value"] == self.rules
+            self.rules = body[-1]["value"]
+            self.patches.append(("clusterrole", body))
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    api = FakeApi(OFF, rbac.operator_rules(None))
-    from kubernetes import client
-    monkeypatch.setattr(client, "AppsV1Api", lambda _: api)
-    monkeypatch.setattr(client, "RbacAuthorizationV1Api", lambda _: api)
-    return api
+def fake():
+    return FakeApi(OFF, rbac.operator_rules(None))
 
 
 def test_apply_enable_twice_then_disable(fake):
@@ -192,7 +184,12 @@ def test_apply_gang_on_real_cluster(request):
         pytest.skip("needs the cluster/namespace fixtures of e2e/pytest_plugin.py")
     from kubernetes import client, config
 
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    from tfop.kube.blocking import BlockingClient
+    from tfop.kube.credentials import load_credentials
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # the test's own hands
+    tfop_api = BlockingClient(load_credentials(str(cluster.kubeconfig))).__enter__()
+    request.addfinalizer(tfop_api.close)
     objs = {o["kind"]: o for o in manifests.deploy_objects(namespace=namespace, include_crds=False)}
     role_name = f"tfop-toggle-{namespace}"
     objs["ClusterRole"]["metadata"]["name"] = role_name
@@ -201,7 +198,7 @@ def test_apply_gang_on_real_cluster(request):
     rbac_api.create_cluster_role(objs["ClusterRole"])
     target = Target(namespace=namespace, deployment="tfop", cluster_role=role_name)
     try:
-        first = apply_gang(api, True, "volcano", target)
+        first = apply_gang(tfop_api, True, "volcano", target)
         assert first[0].endswith("args += --enable-gang-scheduling --gang-scheduler-name volcano")
         assert first[1:] == [f"ClusterRole {role_name}: + {rule}" for rule in (
             "scheduling.k8s.io priorityclasses [list watch]",
@@ -210,11 +207,11 @@ def test_apply_gang_on_real_cluster(request):
             "scheduling.volcano.sh queues [list watch]",
             "scheduling.volcano.sh podgroups [create delete get list patch watch]",
             "kueue.x-k8s.io workloads,localqueues [list watch]")]
-        assert apply_gang(api, True, "volcano", target)[-1].startswith("nothing to do")
+        assert apply_gang(tfop_api, True, "volcano", target)[-1].startswith("nothing to do")
         volcano, _ = registry.load_backend("volcano")
         rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]
         assert rules == rbac.operator_rules(volcano)
-        apply_gang(api, False, None, target)
+        apply_gang(tfop_api, False, None, target)
         dep = client.AppsV1Api(api).read_namespaced_deployment("tfop", namespace)
         assert dep.spec.template.spec.containers[0].args == OFF + ["--leader-elect"]  # the other flags stay
         rules = [api.sanitize_for_serialization(r) for r in rbac_api.read_cluster_role(role_name).rules]

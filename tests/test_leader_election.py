@@ -1,9 +1,6 @@
 """Leader election's rules (tfop/kube/lease.py) as tables, and the supervisor and probes on a real loop."""
 import asyncio
-import gc
-import logging
 
-import aiohttp
 
 import pytest
 
@@ -11,7 +8,6 @@ from tfop.kube import lease
 from tfop.kube.health import parse_bind_address, verdict
 from tfop.kube.lease import LeaseRecord, LeaseTiming
 from tfop.kube.supervisor import VitalTaskDied, first_of
-from tfop.runtime.process import quiet_kopf_scan_leftovers
 
 T = LeaseTiming()  # 15 s lease, 10 s renew deadline, 2 s retry
 NOW = "2026-11-23T00:00:10.000000Z"
@@ -136,31 +132,3 @@ def test_vital_tasks_may_end_once_stopping():
         return await first_of(stop_soon(), {"controller": worker}, stopping)
 
     assert asyncio.run(asyncio.wait_for(main(), 2)) == "stopped cleanly"
-
-
-def _request_failing_in(filename: str):
-    """A coroutine compiled as if it lived in `filename`, failing as a request does when its session closes."""
-    scope = {"aiohttp": aiohttp}
-    exec(compile("async def read_version():\n    raise aiohttp.ClientConnectionError('Connection closed')\n",
-                 filename, "exec"), scope)
-    return scope["read_version"]
-
-
-@pytest.mark.parametrize("filename, printed", [
-    ("/venv/lib/python3.11/site-packages/kopf/_cogs/clients/scanning.py", False),
-    ("/venv/lib/python3.11/site-packages/other/client.py", True),
-])
-def test_only_kopf_scan_requests_failing_on_the_way_out_are_quiet(filename, printed, caplog):
-    async def main():
-        quiet_kopf_scan_leftovers(asyncio.get_running_loop(), logging.getLogger("tfop"))
-        task = asyncio.create_task(_request_failing_in(filename)())
-        await asyncio.sleep(0.01)
-        assert task.done()
-        del task  # its exception never retrieved: asyncio reports it when the task is collected
-        gc.collect()
-
-    with caplog.at_level(logging.DEBUG):
-        asyncio.run(main())
-    never_retrieved = [r for r in caplog.records if "never retrieved" in r.getMessage()]
-    assert bool(never_retrieved) == printed
-    assert any("kopf API scan request" in r.getMessage() for r in caplog.records) != printed

@@ -158,24 +158,25 @@ def test_pods_kube_scheduler_holds_until_all_exist_are_named(native, namespace):
         assert len(wait_all_running(api, job, timeout=90)) == len(expected_pods(job))
 
 
-def test_doctor_and_auto_find_the_api_and_the_gate(native, namespace):
+def test_doctor_and_auto_find_the_api_and_the_gate(native, namespace, request):
     """doctor's checks of the built-in API against the real apiserver (served, and the gate keeping a
     pod's spec.schedulingGroup on a dry run), and `auto` picking the backend by discovery."""
-    from kubernetes import config
-
     from tfop.gang import registry
-    from tfop.tools import discovery
+    from tfop.kube.blocking import BlockingClient
+    from tfop.kube.credentials import load_credentials
+    from tfop.runtime import discovery
     from tfop.tools.doctor import checks as doctor
 
     cluster, _ = native
-    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api_client = BlockingClient(load_credentials(str(cluster.kubeconfig))).__enter__()
+    request.addfinalizer(api_client.close)
     backend, _ = registry.load_backend("kubernetes")
     checks = doctor.builtin_api_checks(doctor.Cluster(api_client), backend, namespace)
     assert [(c.title, c.ok) for c in checks] == [
         ("the apiserver serves podgroups in scheduling.k8s.io/v1beta1", True),
         ("pods keep spec.schedulingGroup (feature gate GenericWorkload on)", True)]
     assert not cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip()  # a dry run
-    served = discovery.served_group_apis(api_client)
+    served = api_client.call(discovery.served_group_apis)
     assert served == {"podgroups.scheduling.k8s.io/v1beta1"}
     picked, why = registry.load_backend("auto", installed_crds=doctor.Cluster(api_client).gang_apis())
     assert picked.name == "kubernetes", why

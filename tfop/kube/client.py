@@ -14,7 +14,8 @@ from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 import aiohttp
 
 from tfop.api import codec
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import Credentials, one_line
+from tfop.kube.kubeconfig import ServerUnreachable, StartupError
 from tfop.kube.ticks import sleep_to_tick
 
 
@@ -291,6 +292,28 @@ class KubeClient:
     async def patch_event(self, namespace: str, name: str, count: int, now: str) -> dict | None:
         """Count a repeat on a posted Event; None when it is gone (Events expire after an hour)."""
         return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})
+
+
+# Every user may read it (system:public-info-viewer), so only an unknown user is refused.
+PROBE_PATH = "/version"
+PROBE_TIMEOUT_SECONDS = 10.0
+
+
+async def check_answers(client: KubeClient, timeout: float = PROBE_TIMEOUT_SECONDS) -> None:
+    """One GET of PROBE_PATH before a command starts: ServerUnreachable unless the apiserver answers
+    within `timeout`, StartupError when it does not know these credentials."""
+    server = client.credentials.server
+    try:
+        await asyncio.wait_for(client.request("GET", PROBE_PATH, timeout=timeout), timeout)
+    except ApiError as err:
+        if err.status == 401:
+            raise StartupError(f"the apiserver at {server} does not accept these credentials: "
+                               f"{err.status} {err.message}") from None
+        # Any other answer: the apiserver is there; what the command may do is checked as it works.
+    except asyncio.TimeoutError:
+        raise ServerUnreachable(f"no answer from the apiserver at {server} within {timeout:g}s") from None
+    except (aiohttp.ClientError, OSError, ValueError) as err:
+        raise ServerUnreachable(f"cannot reach the apiserver at {server}: {one_line(err)}") from None
 
 
 async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:

@@ -1,10 +1,17 @@
-"""Where the apiserver is and who we are to it: the one credential loader of every tfop command.
+"""Where the apiserver is and who we are to it: load_credentials, the one credential loader of
+every tfop command (`run`, `doctor`, `gang`).
 
-Credentials.load reads the kubeconfig (tfop.kube.kubeconfig: token, token file, client
-certificate, CA, insecure, proxy-url, tls-server-name) or the in-cluster service account; exec
-plugins are run by tfop.kube.exec_credential, asynchronously, with a deadline, again before their
-credential expires and after a 401. What those do not read (auth providers, basic auth, merged
-KUBECONFIG lists) goes to the official `kubernetes` client's loader.
+It reads the kubeconfig (tfop.kube.kubeconfig: token, token file, client certificate, CA,
+insecure, proxy-url, tls-server-name) or the in-cluster service account; exec plugins are run by
+tfop.kube.exec_credential, asynchronously, with a deadline, again before their credential
+expires and after a 401. What those do not read (auth providers, basic auth, merged KUBECONFIG
+lists) goes to the official `kubernetes` client's loader.
+
+Why not the official loader for all of it: `python -m e2e.experiments.credential_loaders`
+measures it (kubernetes 35.0.0): with a 4-minute token it runs the exec plugin on every request
+(101 runs for a load and 100 requests), a failing plugin leaves it without credentials and
+without an error, a hung plugin blocks the loading thread past 10 s (the operator's event loop
+with it), and it does not read `proxy-url`.
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ class Credentials:
         environ = os.environ if environ is None else environ
         endpoint = load_endpoint(kubeconfig, context, environ)
         if endpoint is None:
-            endpoint = with_env_proxy(_official_endpoint(kubeconfig, context), environ)
+            endpoint = with_env_proxy(_official_endpoint(kubeconfig or environ.get("KUBECONFIG"), context), environ)
         plugin = endpoint.exec_plugin
         return cls(server=endpoint.server, ssl_context=tls_context(endpoint), token_file=endpoint.token_file,
                    token=endpoint.token, ca_file=endpoint.ca_file, ca_data=endpoint.ca_data,
@@ -72,20 +79,35 @@ class Credentials:
             options["server_hostname"] = self.server_hostname
         return options
 
-    def to_kopf(self):
-        import kopf
-
-        return kopf.ConnectionInfo(
-            server=self.server, ca_path=self.ca_file, ca_data=self.ca_data, insecure=not self.verify, token=self.bearer(),
-            certificate_path=self.cert_file, private_key_path=self.key_file,
-        )
-
     def bearer(self) -> str | None:
         if self.exec_auth is not None:
             return self.exec_auth.token()
         if self.token_file and Path(self.token_file).exists():
             return Path(self.token_file).read_text().strip()
         return self.token
+
+
+def load_credentials(kubeconfig: str | None, context: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> Credentials:
+    """The Credentials of every tfop command, or a ConfigError of one line saying why there are none.
+
+    `kubeconfig` may be a list of files (os.pathsep), merged as a KUBECONFIG list is.
+    """
+    environ = os.environ if environ is None else environ
+    if kubeconfig and os.pathsep in kubeconfig:
+        kubeconfig, environ = None, {**environ, "KUBECONFIG": kubeconfig}
+    try:
+        return Credentials.load(kubeconfig, context, environ)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - an auth provider's or the official loader's own failures
+        where = f" from {kubeconfig}" if kubeconfig else ""
+        raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {one_line(err)}") from None
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's text on one line (a loader's message may span several)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _official_endpoint(kubeconfig: str | None, context: str | None) -> Endpoint:
@@ -97,7 +119,7 @@ def _official_endpoint(kubeconfig: str | None, context: str | None) -> Endpoint:
         raise
     except Exception as err:  # noqa: BLE001 - the loader's own (ConfigException, an auth provider's, ...)
         where = f" from {kubeconfig}" if kubeconfig else ""
-        raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {' '.join(str(err).split())}") from None
+        raise ConfigError(f"cannot load credentials{where}: {type(err).__name__}: {one_line(err)}") from None
 
 
 def _official_loader(kubeconfig: str | None, context: str | None) -> Endpoint:

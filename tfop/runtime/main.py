@@ -18,7 +18,7 @@ import kopf
 from tfop import __version__
 from tfop.core.settings import DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE, Settings
 from tfop.gang.base import GangBackend
-from tfop.kube.client import ApiError, KubeClient
+from tfop.kube.client import ApiError, KubeClient, check_answers
 from tfop.kube.credentials import Credentials
 from tfop.kube.health import HttpServer, metrics_routes, parse_bind_address, probe_routes
 from tfop.kube.kubeconfig import StartupError
@@ -27,10 +27,10 @@ from tfop.kube.lease import LeaseTiming
 from tfop.kube.loop_monitor import LoopMonitor
 from tfop.kube.ticks import PACE
 from tfop.kube.supervisor import first_of, stop_all
-from tfop.runtime import probes
+from tfop.runtime import discovery, probes
 from tfop.runtime.controller import Controller
 from tfop.runtime.metrics import Metrics
-from tfop.runtime.process import build_registry, quiet_kopf_scan_leftovers
+from tfop.runtime.process import build_registry
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Resolving the gang backend at start-up takes a request or two; longer means no usable apiserver.
@@ -52,9 +52,9 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
 
     installed = None
     if settings.gang_scheduler_name == AUTO:  # listed up front: the resolver cannot await a callable
-        installed = await served_group_apis(client, served_keys())
+        installed = await discovery.served_group_apis(client)
         try:
-            listing = await client.list("apiextensions.k8s.io/v1", "customresourcedefinitions")
+            installed |= await discovery.crd_names(client)
         except ApiError as err:
             if err.status != 403:
                 raise
@@ -63,8 +63,6 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
             log.warning("gang scheduling: --gang-scheduler-name=auto cannot list CRDs (%s), so it looks only "
                         "at the built-in gang APIs discovery lists; a role for a CRD-based scheduler "
                         "(`tfop manifests --gang-scheduler-name <name>`) grants the list", err.message)
-        else:
-            installed |= {item["metadata"]["name"] for item in listing.get("items") or []}
     backend, why = backend_from_flags(settings.enable_gang_scheduling, settings.gang_scheduler_name,
                                       settings.scheduler_name, installed_crds=installed)
     log.info("gang scheduling: %s", why)
@@ -75,7 +73,7 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
         return None
     key = served_key(type(backend))
     unlisted = key is not None and key not in (installed or ())
-    if unlisted and not await served_group_apis(client, {key: served_keys()[key]}):
+    if unlisted and not await discovery.served_group_apis(client, {key: served_keys()[key]}):
         log.error("the apiserver does not serve %s: %s gangs cannot be created until it does (Kubernetes "
                   "1.37+ with the GenericWorkload feature gate and that API enabled; see `tfop doctor`)",
                   key, backend.name)
@@ -83,7 +81,7 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     if crd is None:
         return backend
     try:
-        found = await client.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
+        found = await client.get(*discovery.CRDS, None, crd)
     except ApiError as err:
         if err.status != 403:
             raise
@@ -95,23 +93,6 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
         log.error("CRD %s is not installed: %s gangs cannot be created until it is (see `tfop doctor`)",
                   crd, backend.name)
     return backend
-
-
-async def served_group_apis(client: KubeClient, keys: dict[str, tuple[str, str]]) -> set[str]:
-    """Which of the built-in gang APIs (registry.served_keys: key -> (api_version, plural)) discovery lists."""
-    from tfop.gang.registry import lists_resource
-
-    served = set()
-    for key, (api_version, plural) in keys.items():
-        try:
-            found = await client.request("GET", f"/apis/{api_version}")
-        except ApiError as err:
-            if err.status != 404:  # 404: that API version is not served
-                raise
-            continue
-        if lists_resource(found, plural):
-            served.add(key)
-    return served
 
 
 def replica_identity() -> str:
@@ -183,15 +164,15 @@ class Operator:
         await stop_all(self.vital.values())
 
 
-async def run_operator(settings: Settings, kubeconfig: str | None = None,
+async def run_operator(settings: Settings, credentials: Credentials,
                        stop_flag: asyncio.Event | None = None) -> None:
     """Run until stopped (SIGTERM/SIGINT, or `stop_flag`); raise StartupError or VitalTaskDied otherwise."""
-    credentials = Credentials.load(kubeconfig)
     identity = replica_identity()
     # Watch events read at most 0.1 s late (PACE): a child's event waits 0.2 s for its burst anyway
     # (controller.CHILD_BATCH_SECONDS), and a burst is read in a few wake-ups, not one each.
     async with KubeClient(credentials, max_connections=settings.max_concurrent_requests,
                           user_agent=f"tfop/{__version__} ({identity})", watch_pace=PACE) as client:
+        await check_answers(client)
         elector = None
         if settings.leader_elect:
             timing = LeaseTiming(settings.leader_elect_lease_duration, settings.leader_elect_renew_deadline,
@@ -215,7 +196,6 @@ async def run_operator(settings: Settings, kubeconfig: str | None = None,
                                          stop_flag=stop_flag),
                            operator.vital, operator.stopping)
         finally:
-            quiet_kopf_scan_leftovers(asyncio.get_running_loop(), log)
             await operator.stop()
             for server in servers:
                 if server is not None:

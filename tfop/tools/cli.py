@@ -103,25 +103,20 @@ def _run_settings(enable_gang_scheduling, gang_scheduler_name, namespaces, all_n
 
 def _run_operator(settings: Settings, kubeconfig: str | None) -> None:
     """Run until stopped; a start-up failure or a vital task's death is one line and exit code 1."""
+    from tfop.kube.credentials import load_credentials
     from tfop.kube.kubeconfig import StartupError
     from tfop.kube.leader import LeadershipLost
-    from tfop.runtime.main import run_operator
     from tfop.kube.supervisor import VitalTaskDied
     from tfop.runtime.event_loop import event_loop_runner
-    from tfop.runtime.startup import operator_preflight
+    from tfop.runtime.main import run_operator
 
     _check_gang_flags(settings)
-
-    async def start() -> None:
-        await operator_preflight(kubeconfig)  # credentials that load, an apiserver that answers
-        await run_operator(settings, kubeconfig=kubeconfig)
-
     try:
         run_loop = event_loop_runner(settings.event_loop)
     except ImportError as err:
         raise click.UsageError(f"--event-loop {settings.event_loop}: {err}") from None
     try:
-        run_loop(start())
+        run_loop(run_operator(settings, load_credentials(kubeconfig)))
     except (StartupError, VitalTaskDied, LeadershipLost) as err:
         logging.getLogger("tfop").error("%s", err)
         sys.exit(1)

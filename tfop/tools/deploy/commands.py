@@ -1,10 +1,14 @@
 """Deploy-side commands: `tfop manifests`, `tfop doctor`, `tfop gang enable|disable`.
 
-tfop/tools/cli.py calls register(cli). Cluster commands use the current kubeconfig
-(or in-cluster config) through the synchronous `kubernetes` client: a CLI makes
-a handful of calls and exits, so no event loop is needed.
+tfop/tools/cli.py calls register(cli). Cluster commands load credentials as `tfop run` does
+(tfop.kube.credentials.load_credentials) and send every request through the same client
+(tfop.kube.blocking.BlockingClient): a few calls, one at a time, then exit.
 """
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Iterator
 
 import click
 
@@ -12,22 +16,34 @@ from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_IMAGE, DEFAULT_NAMESP
 from tfop.tools.gang_flags import gang_options
 
 
-def _api_client(kubeconfig: str | None, context: str | None):
-    """A client of the official `kubernetes` package whose apiserver answered; one line otherwise."""
+@contextlib.contextmanager
+def _cluster_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
+    """A BlockingClient whose apiserver answered; every failure one line, never a traceback."""
+    import aiohttp
+
+    from tfop.kube.blocking import BlockingClient
+    from tfop.kube.client import ApiError
+    from tfop.kube.credentials import load_credentials, one_line
     from tfop.kube.kubeconfig import StartupError
-    from tfop.runtime.startup import official_client
 
     try:
-        return official_client(kubeconfig, context)
+        api = BlockingClient(load_credentials(kubeconfig, context)).__enter__()
     except StartupError as err:
         raise click.ClickException(str(err)) from None
-
-
-def _lost_server(err: Exception) -> click.ClickException:
-    """The apiserver went away mid-command (requests are not retried): one line, not a traceback."""
-    from tfop.runtime.startup import unreachable_reason
-
-    return click.ClickException(f"the apiserver stopped answering: {unreachable_reason(err)}")
+    try:
+        yield api
+    except ApiError as err:  # e.g. this kubeconfig's user may not list CRDs
+        if err.status == 422:  # a JSON-patch `test` failed: someone edited it meanwhile
+            raise click.ClickException("the Deployment or ClusterRole changed while patching; "
+                                       "run the command again") from None
+        raise click.ClickException(f"{err.status} {err.message}: {err.request}") from None
+    except LookupError as err:
+        raise click.ClickException(str(err)) from None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
+        # The apiserver went away mid-command (requests are not retried): one line.
+        raise click.ClickException(f"the apiserver stopped answering: {one_line(err)}") from None
+    finally:
+        api.close()
 
 
 def _kube_options(f):
@@ -100,13 +116,11 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
 def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, deployment,
                scheduler_service_account, kubeconfig, context):
     """Check CRDs, the operator's RBAC, the installed operator and the gang scheduler; exit 1 on any failure."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     from tfop.tools.doctor import checks as doctor
+    from tfop.tools.doctor.cluster import Cluster
 
-    cluster = doctor.Cluster(_api_client(kubeconfig, context))
-    try:
+    with _cluster_client(kubeconfig, context) as api:
+        cluster = Cluster(api)
         try:
             target = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name, namespace, deployment)
         except ValueError as err:
@@ -117,10 +131,6 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
             click.echo(f"WARNING: {target.warning}")
         checks = doctor.run_checks(cluster, target.backend, namespace, service_account, target.scheduler_name,
                                    _sa(scheduler_service_account), deployment=deployment)
-    except ApiException as err:  # e.g. this kubeconfig's user may not list CRDs
-        raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
-    except HTTPError as err:
-        raise _lost_server(err) from None
     click.echo(doctor.format_report(checks))
     raise SystemExit(doctor.exit_code(checks))
 
@@ -134,23 +144,14 @@ def _target_options(f):
 
 
 def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconfig, context):
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     from tfop.tools.deploy.gang_toggle import Target, apply_gang
 
     target = Target(namespace=namespace, deployment=deployment, cluster_role=cluster_role)
-    try:
-        lines = apply_gang(_api_client(kubeconfig, context), enable, name, target, dry_run=dry_run)
-    except ValueError as err:
-        raise click.UsageError(str(err)) from err
-    except ApiException as err:
-        if err.status == 422:  # a JSON-patch `test` failed: someone edited it meanwhile
-            raise click.ClickException("the Deployment or ClusterRole changed while patching; "
-                                       "run the command again") from err
-        raise click.ClickException(f"{err.status} {err.reason}: {err.body}") from err
-    except HTTPError as err:
-        raise _lost_server(err) from None
+    with _cluster_client(kubeconfig, context) as api:
+        try:
+            lines = apply_gang(api, enable, name, target, dry_run=dry_run)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from err
     for line in lines:
         click.echo(line)
 

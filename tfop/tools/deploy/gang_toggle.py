@@ -11,7 +11,8 @@ from typing import Any, Callable, Mapping
 
 from tfop.gang.base import GangBackend
 from tfop.gang.registry import backend_from_flags
-from tfop.tools import discovery
+from tfop.kube.blocking import BlockingClient
+from tfop.runtime import discovery
 from tfop.tools.deploy.operator_args import ENABLE, GANG_NAME, flag_units, gang_flags, is_gang_flag, operator_container_index
 from tfop.tools.deploy.rbac import canonical_rule, operator_rules
 
@@ -100,16 +101,10 @@ class Target:
     container: str | None = None  # default: the container named like the Deployment, else the first
 
 
-def _backend_by_name(api_client: Any) -> Callable[[str | None], GangBackend]:
+def _backend_by_name(api: BlockingClient) -> Callable[[str | None], GangBackend]:
     """Name -> backend; `auto` is detected from the cluster's CRDs and APIs, as the operator does."""
-    from kubernetes import client
-
-    def installed_crds() -> set[str]:
-        crds = client.ApiextensionsV1Api(api_client).list_custom_resource_definition().items
-        return {c.metadata.name for c in crds} | discovery.served_group_apis(api_client)
-
     def resolve(name: str | None) -> GangBackend:
-        backend, _why = backend_from_flags(True, name, installed_crds=installed_crds)
+        backend, _why = backend_from_flags(True, name, installed_crds=lambda: api.call(discovery.gang_apis))
         assert backend is not None  # gang is on: enable is True
         return backend
     return resolve
@@ -151,39 +146,38 @@ def _rules_report(label: str, lines: list[str], aggregated: bool) -> list[str]:
     return [f"{label}: {line}" for line in lines]
 
 
-def apply_gang(api_client: Any, enable: bool, name: str | None, target: Target = Target(),
+def apply_gang(api: BlockingClient, enable: bool, name: str | None, target: Target = Target(),
                resolve: Callable[[str | None], GangBackend] | None = None,
                dry_run: bool = False) -> list[str]:
     """Patch the Deployment's args and the ClusterRole's rules; return the human diff."""
-    from kubernetes import client
-
-    resolve = resolve or _backend_by_name(api_client)
-    apps = client.AppsV1Api(api_client)
-    rbac_api = client.RbacAuthorizationV1Api(api_client)
-    dep = apps.read_namespaced_deployment(target.deployment, target.namespace)
-    names = [c.name for c in dep.spec.template.spec.containers]
-    idx = operator_container_index(names, target.namespace, target.deployment, target.container)
-    present_args = dep.spec.template.spec.containers[idx].args
+    resolve = resolve or _backend_by_name(api)
+    dep = api.get("apps/v1", "deployments", target.namespace, target.deployment)
+    if dep is None:
+        raise LookupError(f"Deployment {target.namespace}/{target.deployment} not found")
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    idx = operator_container_index([c["name"] for c in containers], target.namespace, target.deployment,
+                                   target.container)
+    present_args = containers[idx].get("args")
     old_args = list(present_args or [])
     new_args = toggle_args(old_args, enable, name if enable else None)
-    role = rbac_api.read_cluster_role(target.cluster_role)
-    old_rules = [api_client.sanitize_for_serialization(r) for r in role.rules or []]
+    role = api.get("rbac.authorization.k8s.io/v1", "clusterroles", None, target.cluster_role)
+    if role is None:
+        raise LookupError(f"ClusterRole {target.cluster_role} not found")
+    old_rules = list(role.get("rules") or [])
     rules = gang_rules(old_rules, gang_flags(old_args), enable, name, resolve)
 
     args_text = describe_args(old_args, new_args)
     rule_lines = describe_rules(old_rules, rules)
-    aggregated = role.aggregation_rule is not None
+    aggregated = role.get("aggregationRule") is not None
     report = [f"Deployment {target.namespace}/{target.deployment}: {args_text or 'unchanged'}"]
     report += _rules_report(f"ClusterRole {target.cluster_role}", rule_lines, aggregated)
     if args_text and not dry_run:
         path = f"/spec/template/spec/containers/{idx}/args"
-        apps.patch_namespaced_deployment(target.deployment, target.namespace,
-                                         guarded_patch(path, present_args is not None, old_args, new_args),
-                                         field_manager=FIELD_MANAGER)
+        api.json_patch("apps/v1", "deployments", target.namespace, target.deployment,
+                       guarded_patch(path, present_args is not None, old_args, new_args), FIELD_MANAGER)
     if rule_lines and not aggregated and not dry_run:
-        rbac_api.patch_cluster_role(target.cluster_role,
-                                    guarded_patch("/rules", role.rules is not None, old_rules, rules),
-                                    field_manager=FIELD_MANAGER)
+        api.json_patch("rbac.authorization.k8s.io/v1", "clusterroles", None, target.cluster_role,
+                       guarded_patch("/rules", role.get("rules") is not None, old_rules, rules), FIELD_MANAGER)
     if not args_text and not rule_lines:
         state = f"enabled ({gang_flags(new_args)[1] or 'default backend'})" if enable else "disabled"
         report.append(f"nothing to do: gang scheduling already {state}")

@@ -18,13 +18,13 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import yaml
 
 from tfop.api import conditions
-from tfop.api.constants import GROUP, PLURAL
 from tfop.core.settings import DEFAULT_DEPLOYMENT, DEFAULT_NAMESPACE, LEADER_ELECTION_LEASE
 from tfop.gang import registry
 from tfop.gang.base import GangBackend
-from tfop.tools import discovery
+from tfop.kube.client import ApiError
 from tfop.tools.deploy import operator_args
 from tfop.tools.doctor import operator_health
+from tfop.tools.doctor.cluster import SCHEDULER_REASONS, Cluster
 from tfop.tools.doctor.report import LEASE_GRACE, Check, lease_is_live, parse_time
 from tfop.tools.doctor.report import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
 from tfop.tools.deploy.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
@@ -49,7 +49,6 @@ POD_NAME_LABELS = ("component", "app", "app.kubernetes.io/name", "app.kubernetes
 # kube-scheduler-based schedulers report Scheduled/FailedScheduling events as their
 # profile's schedulerName; one this recent means that scheduler was running just now.
 EVENT_WINDOW = dt.timedelta(minutes=15)
-SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
 
 
 # ------------------------------------------------------------------ rules
@@ -193,93 +192,11 @@ def sa_user(namespace: str, name: str) -> tuple[str, list[str]]:
             ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"])
 
 
-# ------------------------------------------------------------------ cluster
-class Cluster:
-    """The few API calls doctor makes, behind one object (so tests can fake it)."""
-
-    def __init__(self, api_client: Any):
-        from kubernetes import client
-
-        self.api = api_client
-        self.ext = client.ApiextensionsV1Api(api_client)
-        self.authz = client.AuthorizationV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.coord = client.CoordinationV1Api(api_client)
-        self.rbac = client.RbacAuthorizationV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
-        self._client = client
-
-    def _dicts(self, items) -> list[dict]:
-        return [self.api.sanitize_for_serialization(i) for i in items]
-
-    def crd_names(self) -> set[str]:
-        return {c.metadata.name for c in self.ext.list_custom_resource_definition().items}
-
-    def gang_apis(self) -> set[str]:
-        """What `auto` picks a backend from: the CRDs, and the built-in gang APIs discovery lists."""
-        return self.crd_names() | discovery.served_group_apis(self.api)
-
-    def served(self, api_version: str, plural: str) -> bool:
-        return discovery.served(self.api, api_version, plural)
-
-    def keeps_scheduling_group(self, namespace: str) -> bool:
-        return discovery.keeps_scheduling_group(self.api, namespace)
-
-    def allowed(self, user: str, groups: list[str], group: str, resource: str, verb: str) -> bool:
-        c = self._client
-        res, _, sub = resource.partition("/")
-        review = c.V1SubjectAccessReview(spec=c.V1SubjectAccessReviewSpec(
-            user=user, groups=groups,
-            resource_attributes=c.V1ResourceAttributes(group=group, resource=res,
-                                                       subresource=sub or None, verb=verb)))
-        return bool(self.authz.create_subject_access_review(review).status.allowed)
-
-    def leases(self) -> list[dict]:
-        return self._dicts(self.coord.list_lease_for_all_namespaces().items)
-
-    def tfjobs(self) -> list[dict]:
-        return self._client.CustomObjectsApi(self.api).list_cluster_custom_object(GROUP, "v1", PLURAL)["items"]
-
-    def running_pods(self) -> list[dict]:
-        return self._dicts(self.core.list_pod_for_all_namespaces(
-            field_selector="status.phase=Running").items)
-
-    def scheduler_events(self) -> list[dict]:
-        out: list[dict] = []
-        for reason in SCHEDULER_REASONS:
-            out += self._dicts(self.core.list_event_for_all_namespaces(
-                field_selector=f"reason={reason}", limit=500).items)
-        return out
-
-    def roles_bound_to(self, namespace: str, name: str) -> list[str]:
-        out = []
-        for b in self.rbac.list_cluster_role_binding().items:
-            for s in b.subjects or []:
-                if s.kind == "ServiceAccount" and s.name == name and s.namespace == namespace:
-                    out.append(b.role_ref.name)
-        return out
-
-    def _read(self, read: Any, name: str, namespace: str) -> dict | None:
-        """One object as a plain dict; None when there is none."""
-        try:
-            return self.api.sanitize_for_serialization(read(name, namespace))
-        except self._client.ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
-    def deployment(self, namespace: str, name: str) -> dict | None:
-        return self._read(self.apps.read_namespaced_deployment, name, namespace)
-
-    def pods(self, namespace: str, selector: str) -> list[dict]:
-        return self._dicts(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
-
-    def lease(self, namespace: str, name: str) -> dict | None:
-        return self._read(self.coord.read_namespaced_lease, name, namespace)
-
-
 def _forbidden(err: Exception) -> str:
-    return f"{getattr(err, 'status', '')} {getattr(err, 'reason', err)}".strip()
+    """An API refusal as its code and the apiserver's words; anything else as its text."""
+    if isinstance(err, ApiError):
+        return f"{err.status} {err.message}".strip()
+    return str(err)
 
 
 def crd_checks(installed: set[str], backend: GangBackend | None) -> list[Check]:
