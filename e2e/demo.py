@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import realnode, training
-from e2e.cluster import Cluster
-from e2e.tfop_operator import OperatorProcess
+from e2e.harness import realnode, training
+from e2e.harness.cluster import Cluster
+from e2e.harness.tfop_operator import OperatorProcess
 
 SEED = "003-0"
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from e2e.realnode import DEBIAN_PACKAGES
+from e2e.harness.realnode import DEBIAN_PACKAGES
 
 
 def missing_packages(packages=DEBIAN_PACKAGES) -> list[str]:

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from e2e import build
-from e2e.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for, real_node_images
+from e2e.harness.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for, real_node_images
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None
@@ -89,7 +89,7 @@ def pytest_collection_finish(session):
     if components:
         _background.append(_in_background("e2e.build", "--components", ",".join(components)))
     if wanted := _marked(session.items, "images"):  # it finds which are cached (a key may read Go sources)
-        _background.append(_in_background("e2e.images", "--images", ",".join(wanted)))
+        _background.append(_in_background("e2e.harness.images", "--images", ",".join(wanted)))
 
 
 def _marked(items, marker: str) -> list[str]:

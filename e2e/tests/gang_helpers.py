@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterable
 import requests
 import yaml
 
-from e2e.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
-from e2e.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
+from e2e.harness.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
+from e2e.harness.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
 from tests.seeds import seed_jobs
 
 POOL_LABEL = "tfop.test/pool"

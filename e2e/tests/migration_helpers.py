@@ -28,7 +28,7 @@ import yaml
 
 from e2e import build
 from e2e.pytest_plugin import _in_ci
-from e2e.tfop_operator import DEPLOYED_GANG, OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, wait_established
+from e2e.harness.tfop_operator import DEPLOYED_GANG, OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, wait_established
 
 COMPONENT = "training-operator"
 UPSTREAM_MODULE = "github.com/kubeflow/training-operator"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from e2e import bench
+from e2e.bench import burst as bench
 
 pytestmark = pytest.mark.cluster
 

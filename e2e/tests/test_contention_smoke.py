@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from e2e import contention, contention_lib
-from e2e.contention_lib import (BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_node_loss_trial, draw_preemption_trial,
+from e2e.bench import contention, contention_lib
+from e2e.bench.contention_lib import (BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_node_loss_trial, draw_preemption_trial,
                                 draw_trial)
 from e2e.pytest_plugin import own_cluster
 

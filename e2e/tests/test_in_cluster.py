@@ -21,13 +21,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import build
-from e2e.installed import (DEPLOYMENT, LEASE, NAMESPACE, READY_SECONDS, REPO, host_pid, kustomize_overlay,
+from e2e.harness.installed import (DEPLOYMENT, LEASE, NAMESPACE, READY_SECONDS, REPO, host_pid, kustomize_overlay,
                            leader_identity, memory_mb, operator_pods, ready, remove_install, time_of,
                            wait_leader, wait_ready_pods)
 from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env
 from e2e.tests.realnode_helpers import TRAIN_SECONDS, describe_pods, running, sigkill_process, wait_finished
-from e2e.training import replica, tfjob, workload_configmap
+from e2e.harness.training import replica, tfjob, workload_configmap
 from tfop.tools import rbac
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,

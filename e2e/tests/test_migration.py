@@ -30,7 +30,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from e2e.bench_lib import UpstreamProcess
+from e2e.bench.bench_lib import UpstreamProcess
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.lifecycle_helpers import Env, is_true, operator, pod_names, replica, tfjob
 from e2e.tests.migration_helpers import (

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.pprof import focused_seconds, seconds
+from e2e.bench.pprof import focused_seconds, seconds
 
 
 @pytest.mark.parametrize("text, expected", [

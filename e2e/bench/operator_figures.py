@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import images
-from e2e.cluster import Cluster
-from e2e.installed import REPO, kustomize_overlay, memory_mb, operator_pods, remove_install, time_of, wait_ready_pods
+from e2e.harness import images
+from e2e.harness.cluster import Cluster
+from e2e.harness.installed import REPO, kustomize_overlay, memory_mb, operator_pods, remove_install, time_of, wait_ready_pods
 
 
 def image_sizes(archive: Path) -> dict[str, float]:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import realnode
+from e2e.harness import realnode
 
-WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 WORKLOAD_CONFIGMAP = "tfop-workloads"
 WORKLOAD_MOUNT = "/workload"
 CHECKPOINT_MOUNT = "/checkpoints"

@@ -97,7 +97,7 @@ from pip._internal.cli.main import main
 sys.exit(main())
 """
 # What the Dockerfile's COPY lines read, besides the Dockerfile: the operator's key hashes them.
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OPERATOR_INPUTS = ("Dockerfile", "pyproject.toml", "setup.cfg", "constraints.txt", "README.md", "tfop", "templates",
                    "crds", "rbac")
 

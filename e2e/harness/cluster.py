@@ -34,7 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from e2e import build, kwok_stages, pki, realnode
+from e2e import build
+from e2e.harness import kwok_stages, pki, realnode
 
 ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the default set
 # Opt-in: YuniKorn's web port (9080) is fixed, so only one YuniKorn cluster per machine; Volcano's
@@ -72,7 +73,7 @@ VOLCANO_WEBHOOK_PROBE = "probe:volcano-webhook-denies"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_FRAMEWORK = "kubeflow.org/tfjob"
 KUEUE_WEBHOOK_PATHS = ("-kubeflow-org-v1-tfjob", "-kueue-x-k8s-io-")
-TFJOB_CRD = Path(__file__).resolve().parent.parent / "crds" / "kubeflow.org_tfjobs.yaml"
+TFJOB_CRD = Path(__file__).resolve().parents[2] / "crds" / "kubeflow.org_tfjobs.yaml"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Optional control planes besides the harness's own (the `kubernetes` component): version ->
 # build component, whose binaries are named <binary>-<version>. Only apiserver, controller
@@ -891,7 +892,7 @@ class Cluster:
     def _start_real_node(self, node_images: tuple[str, ...], timeout: float, tainted: bool) -> None:
         """containerd, CoreDNS, a kubelet and kube-proxy on this machine (e2e.realnode): a Ready node
         whose pods really run, tainted when kwok nodes share the cluster."""
-        from e2e import images
+        from e2e.harness import images
 
         paths = realnode.PATHS  # claimed by up(), before the apiserver started on its bridge
         built = images.ensure(list(real_node_images(node_images)))
@@ -952,7 +953,7 @@ class Cluster:
 
     def load_node_image(self, name: str) -> str:
         """Build (unless cached) and import an e2e.images image into the real node's containerd; its ref."""
-        from e2e import images
+        from e2e.harness import images
 
         if not self._owns_real_node():
             raise ClusterError("this cluster has no real node")

@@ -26,10 +26,10 @@ from pathlib import Path
 import yaml
 
 from e2e import build
-from e2e.bench_lib import UpstreamProcess
-from e2e.cluster import Cluster
-from e2e.tfop_operator import OperatorProcess
-from e2e.training import parse_progress, replica, tfjob, workload_configmap
+from e2e.bench.bench_lib import UpstreamProcess
+from e2e.harness.cluster import Cluster
+from e2e.harness.tfop_operator import OperatorProcess
+from e2e.harness.training import parse_progress, replica, tfjob, workload_configmap
 
 ROWS = (("tfop", "none"), ("upstream", "none"), ("tfop", "volcano"), ("upstream", "volcano"))
 JOB_ARGS = ["--steps", "30", "--target-loss", "0.05"]

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import component_get
+from e2e.bench.bench_lib import component_get
 
 SLICE_SECONDS = 5
 # Named parts of each component's CPU: a sample counts in a part when a frame of its stack matches.

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
+from e2e.bench.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
                            component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
                            own_requests, per_job, pin, proc_stats, rows_in_the_way, scheduler_clients,
                            scheduler_throttle, split_cpus, stolen_seconds, stop, strip_owner, submit_raw,
                            submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
-from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
-from e2e.pprof import ControlPlaneProfile, summarise
-from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
+from e2e.harness.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
+from e2e.bench.pprof import ControlPlaneProfile, summarise
+from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
 from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials
@@ -431,7 +431,7 @@ class TfopProcess(OperatorProcess):
         log = open(self.log_path, "ab")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
+                                        cwd=Path(__file__).resolve().parents[2], start_new_session=True)
         log.close()
         self.wait_started(timeout=timeout)
         return self
@@ -738,7 +738,7 @@ def write_results(out: Path, stem: str, meta: dict, results: list[dict]) -> None
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.training:
-        from e2e import bench_training
+        from e2e.bench import training as bench_training
 
         command = "python -m e2e.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         return bench_training.run(args.training, Path(args.out), args.name, command)

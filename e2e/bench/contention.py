@@ -40,16 +40,16 @@ from pathlib import Path
 import aiohttp
 
 from e2e import build
-from e2e.bench import machine
-from e2e.bench_lib import Admin
-from e2e.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, OUT_OF_SERVICE_TAINT,
+from e2e.bench.burst import machine
+from e2e.bench.bench_lib import Admin
+from e2e.harness.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, OUT_OF_SERVICE_TAINT,
                          UNREACHABLE_TAINT, Cluster, components_for, volcano_conf)
-from e2e.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
+from e2e.bench.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
                                 PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD, SUMMARY_HEAD, Ledger, Trial,
                                 draw_node_loss_trial, draw_preemption_trial, draw_trial, fmt, md_table,
                                 node_loss_run_row, node_loss_summary_row, plot, plot_node_loss, preempt_run_row,
                                 preempt_summary_row, run_row, summary_row)
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
 from e2e.tests.gang_helpers import ScopedOperator, wait_until
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError
@@ -641,7 +641,7 @@ class Variant:
 
 def extract_tree(ref: str) -> tuple[Path, str]:
     """tfop at commit `ref`, extracted outside the repository (once per commit); returns (dir, sha)."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     sha = subprocess.run(["git", "rev-parse", f"{ref}^{{commit}}"], cwd=repo, capture_output=True, text=True,
                          check=True).stdout.strip()
     d = Path(tempfile.gettempdir()) / f"tfop-tree-{sha[:12]}"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import realnode
+from e2e.harness import realnode
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kubeflow"  # the manifests' namespace
 DEPLOYMENT = "tfop"
 LEASE = "tfop"
