@@ -42,7 +42,9 @@ from pathlib import Path
 import pytest
 
 from e2e import build
-from e2e.harness.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for, real_node_images
+from e2e.harness.cluster import ALL_SCHEDULERS, Cluster, components_for
+from e2e.harness.errors import RealNodeUnavailable
+from e2e.harness.kubelet_node import real_node_images
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None

@@ -33,7 +33,8 @@ from e2e.bench.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClo
                            own_requests, per_job, pin, proc_stats, rows_in_the_way, scheduler_clients,
                            scheduler_throttle, split_cpus, stolen_seconds, stop, strip_owner, submit_raw,
                            submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
-from e2e.harness.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
+from e2e.harness.cluster import Cluster
+from e2e.harness.kwok import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE
 from e2e.bench.pprof import ControlPlaneProfile, summarise
 from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB

@@ -42,8 +42,12 @@ import aiohttp
 from e2e import build
 from e2e.bench.burst import machine
 from e2e.bench.bench_lib import Admin
-from e2e.harness.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, OUT_OF_SERVICE_TAINT,
-                         UNREACHABLE_TAINT, Cluster, components_for, volcano_conf)
+from e2e.harness.cluster import Cluster, components_for
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.kwok import GPU_RESOURCE
+from e2e.harness.nodes import OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT
+from e2e.harness.scheduler_plugins import COSCHEDULING_SCHEDULER_NAME
+from e2e.harness.volcano import volcano_conf
 from e2e.bench.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
                                 PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD, SUMMARY_HEAD, Ledger, Trial,
                                 draw_node_loss_trial, draw_preemption_trial, draw_trial, fmt, md_table,

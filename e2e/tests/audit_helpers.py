@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
-from e2e.harness.cluster import AUDIT_LOG
+from e2e.harness.observed import AUDIT_LOG
 from e2e.tests.lifecycle_helpers import Env, active, pod_names, replica, tfjob
 from e2e.harness.tfop_operator import OperatorProcess, wait_established
 from tfop.tools import rbac

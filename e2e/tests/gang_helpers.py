@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 import requests
 import yaml
 
-from e2e.harness.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
+from e2e.harness.kwok import GPU_RESOURCE, KWOK_NODE_ANNOTATION
 from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
 from e2e.harness.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
 from tests.seeds import seed_jobs

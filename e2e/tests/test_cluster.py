@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.harness.cluster import (
-    COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, NODE_LABEL, NODE_LABEL_VALUE,
-    VOLCANO_SCHEDULER_NAME, Cluster, request_counts,
-)
+from e2e.harness.cluster import Cluster
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.kwok import GPU_RESOURCE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.harness.observed import request_counts
+from e2e.harness.scheduler_plugins import COSCHEDULING_SCHEDULER_NAME
+from e2e.harness.volcano import VOLCANO_SCHEDULER_NAME
 from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
 
 pytestmark = pytest.mark.cluster

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.harness.cluster import free_port
+from e2e.harness.processes import free_port
 from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
 from e2e.tests.audit_helpers import CREDENTIAL_ID, credential_id
 from e2e.tests.lifecycle_helpers import operator as make_operator

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from e2e.harness.cluster import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
 from e2e.tests.gang_helpers import (
     GROUP_APIS,
     JOB_LABEL,

@@ -25,7 +25,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from e2e.harness.cluster import AUDIT_LOG
+from e2e.harness.observed import AUDIT_LOG
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.gang_helpers import Api
 from e2e.tests.lifecycle_helpers import Env, condition, names, raw_seed_docs

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from e2e.harness.cluster import free_port
+from e2e.harness.processes import free_port
 from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, phase
 from e2e.tests.test_metrics import scrape

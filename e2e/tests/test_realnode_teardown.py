@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from e2e.harness import realnode
-from e2e.harness.cluster import Cluster, RealNodeUnavailable
+from e2e.harness.cluster import Cluster
+from e2e.harness.errors import RealNodeUnavailable
 from e2e.pytest_plugin import real_node_unavailable, stop_real_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
