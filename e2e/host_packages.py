@@ -1,4 +1,4 @@
-"""Install the Debian packages a real node needs (e2e.realnode), when missing.
+"""Install the Debian packages a real node needs (e2e.harness.realnode), when missing.
 
     python -m e2e.host_packages
 

@@ -2,17 +2,17 @@
 
 Load with `pytest_plugins = ["e2e.pytest_plugin"]` in a top-level conftest.py.
 
-Fixtures: `cluster` (session; an e2e.cluster.Cluster), `namespace` (function;
+Fixtures: `cluster` (session; an e2e.harness.cluster.Cluster), `namespace` (function;
 a fresh namespace name, deleted afterwards), `kubectl` (function; runs the
 built kubectl against the cluster as admin). Mark tests with
 `@pytest.mark.cluster`. `own_cluster(dir, schedulers)` starts a cluster for
 one module only (e.g. with Volcano's cluster-wide admission webhook), under the
 same skip/fail rules.
 
-`real_cluster` (session) is a cluster of its own with a real node (e2e.realnode:
+`real_cluster` (session) is a cluster of its own with a real node (e2e.harness.realnode:
 kubelet, containerd, CoreDNS; the TensorFlow image imported), Volcano and
 scheduler-plugins, and no GPU nodes; mark its tests `@pytest.mark.realnode`
-(and `cluster`), and `images(...)` with the e2e.images images they use, so that those
+(and `cluster`), and `images(...)` with the e2e.harness.images images they use, so that those
 are built in the background while the tests before them run. Where this machine
 cannot run a real node the tests are skipped with the one-line reason, and fail
 under CI=true.
@@ -62,12 +62,12 @@ def _in_ci() -> bool:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
-    config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.realnode; root)")
+    config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.harness.cluster)")
+    config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.harness.realnode; root)")
     config.addinivalue_line("markers", "builds(*components): optional e2e.build components its tests need "
                                        "(its cluster's, helm, training-operator), built in the background from "
                                        "the start of the session")
-    config.addinivalue_line("markers", "images(*names): e2e.images images its tests need, built in the "
+    config.addinivalue_line("markers", "images(*names): e2e.harness.images images its tests need, built in the "
                                        "background from the start of the session")
 
 

@@ -1,4 +1,4 @@
-"""Pieces of e2e/contention.py that talk to no cluster: the seeded trials, the ledger that
+"""Pieces of e2e/bench/contention.py that talk to no cluster: the seeded trials, the ledger that
 turns pod bindings into the contention metrics, the tables and the plot.
 
 The ledger is fed events in time order (a TFJob submitted, a pod bound to a node, a pod

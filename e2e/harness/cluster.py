@@ -146,26 +146,8 @@ class Cluster:
         if stop_on_exit:
             atexit.register(c.down)
             processes.install_sigterm_handler()
-        for attempt in (1, 2):
-            try:
-                if real_nodes:  # the apiserver listens on the bridge's address, for the pods
-                    kubelet_node.claim(c, realnode.PATHS)
-                    realnode.make_bridge()
-                _start(c, list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps,
-                       address=realnode.NODE_IP if real_nodes else "127.0.0.1", kubernetes=kubernetes,
-                       node_monitor_grace_period=node_monitor_grace_period)
-                if real_nodes:
-                    kubelet_node.start(c, tuple(node_images), timeout, tainted=gpu_nodes > 0)
-                return c
-            except ClusterError as e:
-                c.down(keep_dir=True)  # keep logs/ for a post-mortem
-                # Ports are picked free but only bound later by the component:
-                # another process may grab one in between. Retry that once.
-                if attempt == 2 or "address already in use" not in str(e):
-                    raise
-            except BaseException:
-                c.down(keep_dir=True)
-                raise
+        _start_retrying(c, list(schedulers), gpu_nodes, gpus_per_node, timeout, scheduler_qps, real_nodes,
+                        tuple(node_images), kubernetes, node_monitor_grace_period)
         return c
 
     def down(self, keep_dir: bool = False) -> None:
@@ -305,6 +287,32 @@ class Cluster:
 
     def create_volcano_queue(self, name: str, weight: int = 1, capability: dict | None = None) -> None:
         volcano.create_queue(self, name, weight, capability)
+
+
+def _start_retrying(c: Cluster, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,
+                    scheduler_qps: int | None, real_nodes: int, node_images: tuple[str, ...],
+                    kubernetes: str | None, node_monitor_grace_period: float | None) -> None:
+    """Cluster.up's start: everything, once more if a port was taken meanwhile."""
+    for attempt in (1, 2):
+        try:
+            if real_nodes:  # the apiserver listens on the bridge's address, for the pods
+                kubelet_node.claim(c, realnode.PATHS)
+                realnode.make_bridge()
+            _start(c, schedulers, gpu_nodes, gpus, timeout, scheduler_qps,
+                   address=realnode.NODE_IP if real_nodes else "127.0.0.1", kubernetes=kubernetes,
+                   node_monitor_grace_period=node_monitor_grace_period)
+            if real_nodes:
+                kubelet_node.start(c, node_images, timeout, tainted=gpu_nodes > 0)
+            return
+        except ClusterError as e:
+            c.down(keep_dir=True)  # keep logs/ for a post-mortem
+            # Ports are picked free but only bound later by the component:
+            # another process may grab one in between. Retry that once.
+            if attempt == 2 or "address already in use" not in str(e):
+                raise
+        except BaseException:
+            c.down(keep_dir=True)
+            raise
 
 
 def _start(c: Cluster, schedulers: list[str], gpu_nodes: int, gpus: int, timeout: float,

@@ -3,7 +3,7 @@ operator use every permission it is granted: what test_rbac_exact, test_native_g
 test_kubernetes_versions check a role with.
 
 The harness's apiserver writes an audit log (Metadata level, ServiceAccount users only:
-e2e/cluster.py AUDIT_POLICY). AuditTail reads the entries of one operator's own token;
+e2e/harness/control_plane.py AUDIT_POLICY). AuditTail reads the entries of one operator's own token;
 assert_role_exact compares them with a role: every request allowed, every grant used.
 """
 from __future__ import annotations

@@ -134,7 +134,7 @@ class Api:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
     def exit_pod(self, ns: str, pod: str, code: int) -> None:
-        """kwok ends this Running pod with `code` (e2e.kwok_stages)."""
+        """kwok ends this Running pod with `code` (e2e.harness.kwok_stages)."""
         self.merge_patch(f"/api/v1/namespaces/{ns}/pods/{pod}", {"metadata": {
             "labels": {EXIT_LABEL: "true"}, "annotations": {EXIT_CODE_ANNOTATION: str(code)}}})
 

@@ -276,7 +276,7 @@ def _tfjob_texts(blocks: list[str]) -> list[tuple[str, dict]]:
 
 
 def operator(cluster, namespaces: list[str], **kwargs):
-    """An e2e.tfop_operator.OperatorProcess, CRDs and RBAC applied once per cluster.
+    """An e2e.harness.tfop_operator.OperatorProcess, CRDs and RBAC applied once per cluster.
 
     `tfop manifests` is applied server-side by every OperatorProcess.start();
     on this 2-core machine that takes 7-15 s, for objects that do not change

@@ -1,4 +1,4 @@
-"""Helpers of the tests whose pods really run on the real node (e2e.realnode, e2e.training)."""
+"""Helpers of the tests whose pods really run on the real node (e2e.harness.realnode, e2e.harness.training)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The contention benchmark (e2e/contention.py): its ledger on plain tables, and a 3-trial run on
+"""The contention benchmark (e2e/bench/contention.py): its ledger on plain tables, and a 3-trial run on
 the real local control plane (scheduler-plugins) with the gang-on invariants."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 a process that never stays alive doing nothing.
 
 Each operator runs as `tfop manifests` deploys it (its ServiceAccount, ClusterRole and the leader
-election's Role) with a token of its own, so the apiserver's audit log (e2e/cluster.py AUDIT_POLICY)
+election's Role) with a token of its own, so the apiserver's audit log (e2e/harness/control_plane.py AUDIT_POLICY)
 tells which replica made each request. Jobs are small gangs on Volcano.
 """
 from __future__ import annotations

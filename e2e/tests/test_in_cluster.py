@@ -1,5 +1,5 @@
-"""tfop as users run it: its image, built from the project's own Dockerfile (e2e.images "operator"),
-in the Deployment its manifests make, on the real node (e2e.realnode). The pods reach the apiserver
+"""tfop as users run it: its image, built from the project's own Dockerfile (e2e.harness.images "operator"),
+in the Deployment its manifests make, on the real node (e2e.harness.realnode). The pods reach the apiserver
 only as pods do in a cluster: the `kubernetes` Service through kube-proxy, the projected token and
 CA; two replicas elect one leader, and a gang TFJob trains under it to Succeeded.
 

@@ -1,5 +1,5 @@
 """The ends of the supported Kubernetes range: 1.30 (the oldest) and 1.37 (the newest), each its own
-control plane (e2e.cluster, kubernetes="1.30"/"1.37": apiserver, controller manager, kube-scheduler of
+control plane (e2e.harness.cluster, kubernetes="1.30"/"1.37": apiserver, controller manager, kube-scheduler of
 that release; etcd, kubectl and kwok the harness's). The harness's own 1.34 runs the whole suite.
 
 On each, one cluster for every check:

@@ -1,4 +1,4 @@
-"""Reading `go tool pprof -top`'s header (e2e/pprof.py): plain tables, no cluster."""
+"""Reading `go tool pprof -top`'s header (e2e/bench/pprof.py): plain tables, no cluster."""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,6 @@
 """TFJobs that really train TensorFlow, on a real kubelet, under tfop as deployed.
 
-Every pod here is a runc container on the real node (e2e.realnode) running e2e/workloads/train.py:
+Every pod here is a runc container on the real node (e2e.harness.realnode) running e2e/workloads/train.py:
 TF_CONFIG names the peers by their headless services, CoreDNS resolves them, the processes talk
 gRPC over the node's bridge, exit codes and signals are the processes' own. Each test reads the
 job's status and Events and the pods' logs (`kubectl logs`, through the kubelet's authenticated

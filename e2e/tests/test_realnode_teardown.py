@@ -1,4 +1,4 @@
-"""`python -m e2e.cluster up --real-nodes 1` then `down` leaves this machine as it was.
+"""`python -m e2e.harness up --real-nodes 1` then `down` leaves this machine as it was.
 
 What a real node changes is machine-wide: processes (containerd, its shims, the kubelet, CoreDNS,
 the pods' own), mounts (overlay rootfs, network namespaces, the kubelet's volumes), a bridge and
