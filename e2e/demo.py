@@ -5,7 +5,7 @@ A real local control plane with 4 GPUs (2 nodes x 2), tfop deployed from
 job (1 PS + 4 workers x 2 GPUs) is submitted verbatim, first to an operator
 without gang scheduling, then to one with gang scheduling (Coscheduling by default); then 4 GPUs are
 added. Prints the pods side by side. Where this machine can run a real node
-(e2e.realnode: root, containerd), it ends with a gang-scheduled TFJob that really
+(e2e.harness.realnode: root, containerd), it ends with a gang-scheduled TFJob that really
 trains TensorFlow there and prints the chief's last log lines and the time from
 `kubectl apply` to the first training step; elsewhere it says why. Then it tears
 everything down.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import realnode, training
-from e2e.cluster import Cluster
-from e2e.tfop_operator import OperatorProcess
+from e2e.harness import realnode, training
+from e2e.harness.cluster import Cluster
+from e2e.harness.tfop_operator import OperatorProcess
 
 SEED = "003-0"
 

@@ -1,4 +1,4 @@
-"""Install the Debian packages a real node needs (e2e.realnode), when missing.
+"""Install the Debian packages a real node needs (e2e.harness.realnode), when missing.
 
     python -m e2e.host_packages
 
@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from e2e.realnode import DEBIAN_PACKAGES
+from e2e.harness.realnode import DEBIAN_PACKAGES
 
 
 def missing_packages(packages=DEBIAN_PACKAGES) -> list[str]:

@@ -2,17 +2,17 @@
 
 Load with `pytest_plugins = ["e2e.pytest_plugin"]` in a top-level conftest.py.
 
-Fixtures: `cluster` (session; an e2e.cluster.Cluster), `namespace` (function;
+Fixtures: `cluster` (session; an e2e.harness.cluster.Cluster), `namespace` (function;
 a fresh namespace name, deleted afterwards), `kubectl` (function; runs the
 built kubectl against the cluster as admin). Mark tests with
 `@pytest.mark.cluster`. `own_cluster(dir, schedulers)` starts a cluster for
 one module only (e.g. with Volcano's cluster-wide admission webhook), under the
 same skip/fail rules.
 
-`real_cluster` (session) is a cluster of its own with a real node (e2e.realnode:
+`real_cluster` (session) is a cluster of its own with a real node (e2e.harness.realnode:
 kubelet, containerd, CoreDNS; the TensorFlow image imported), Volcano and
 scheduler-plugins, and no GPU nodes; mark its tests `@pytest.mark.realnode`
-(and `cluster`), and `images(...)` with the e2e.images images they use, so that those
+(and `cluster`), and `images(...)` with the e2e.harness.images images they use, so that those
 are built in the background while the tests before them run. Where this machine
 cannot run a real node the tests are skipped with the one-line reason, and fail
 under CI=true.
@@ -42,7 +42,9 @@ from pathlib import Path
 import pytest
 
 from e2e import build
-from e2e.cluster import ALL_SCHEDULERS, Cluster, RealNodeUnavailable, components_for, real_node_images
+from e2e.harness.cluster import ALL_SCHEDULERS, Cluster, components_for
+from e2e.harness.errors import RealNodeUnavailable
+from e2e.harness.kubelet_node import real_node_images
 
 _session_cluster: Cluster | None = None
 _session_error: str | None = None
@@ -60,12 +62,12 @@ def _in_ci() -> bool:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.cluster)")
-    config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.realnode; root)")
+    config.addinivalue_line("markers", "cluster: needs the real local control plane (e2e.harness.cluster)")
+    config.addinivalue_line("markers", "realnode: runs real pods on a real kubelet (e2e.harness.realnode; root)")
     config.addinivalue_line("markers", "builds(*components): optional e2e.build components its tests need "
                                        "(its cluster's, helm, training-operator), built in the background from "
                                        "the start of the session")
-    config.addinivalue_line("markers", "images(*names): e2e.images images its tests need, built in the "
+    config.addinivalue_line("markers", "images(*names): e2e.harness.images images its tests need, built in the "
                                        "background from the start of the session")
 
 
@@ -89,7 +91,7 @@ def pytest_collection_finish(session):
     if components:
         _background.append(_in_background("e2e.build", "--components", ",".join(components)))
     if wanted := _marked(session.items, "images"):  # it finds which are cached (a key may read Go sources)
-        _background.append(_in_background("e2e.images", "--images", ",".join(wanted)))
+        _background.append(_in_background("e2e.harness.images", "--images", ",".join(wanted)))
 
 
 def _marked(items, marker: str) -> list[str]:

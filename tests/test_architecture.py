@@ -121,7 +121,7 @@ def test_layer_has_a_docstring(layer):
 MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 200  # a function reads on one screen, a class in one sitting
 
 
-def oversized(package: Path = PACKAGE) -> list[str]:
+def oversized(package: Path = PACKAGE, label: str = "tfop") -> list[str]:
     found = []
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -129,7 +129,7 @@ def oversized(package: Path = PACKAGE) -> list[str]:
                 limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:
-                    found.append(f"tfop/{path.relative_to(package)}:{node.lineno} {node.name}: {lines} lines")
+                    found.append(f"{label}/{path.relative_to(package)}:{node.lineno} {node.name}: {lines} lines")
     return found
 
 
@@ -140,3 +140,28 @@ def test_functions_and_classes_stay_readable():
 def test_an_oversized_function_is_caught(tmp_path):
     (tmp_path / "long.py").write_text("def long():\n" + "    x = 1\n" * 60)
     assert oversized(tmp_path) == ["tfop/long.py:1 long: 61 lines"]
+
+
+# e2e/: the harness (a cluster and its components) is what tests and benchmarks stand on; it knows
+# neither of them, nor of the experiments.
+E2E = PACKAGE.parent / "e2e"
+E2E_ABOVE_HARNESS = ("e2e.bench", "e2e.experiments", "e2e.tests", "e2e.demo", "e2e.pytest_plugin")
+
+
+def harness_imports_above(harness: Path = E2E / "harness") -> list[str]:
+    return [f"e2e/harness/{path.relative_to(harness)}: imports {module}"
+            for path in sorted(harness.rglob("*.py")) for module in sorted(imported_modules(path))
+            if module.startswith(E2E_ABOVE_HARNESS)]
+
+
+def test_the_harness_imports_no_benchmark_experiment_or_test():
+    assert harness_imports_above() == []
+
+
+def test_a_harness_import_of_a_benchmark_is_caught(tmp_path):
+    (tmp_path / "cluster.py").write_text("from e2e.bench.burst import percentile\n")
+    assert harness_imports_above(tmp_path) == ["e2e/harness/cluster.py: imports e2e.bench.burst"]
+
+
+def test_the_harness_stays_readable():
+    assert oversized(E2E / "harness", "e2e/harness") == []

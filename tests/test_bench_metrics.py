@@ -4,7 +4,9 @@ import os
 
 import pytest
 
-from e2e.bench_lib import operator_passes, own_requests, rows_in_the_way, split_cpus, stolen_seconds, watch_received
+from e2e.bench.machine import split_cpus, stolen_seconds
+from e2e.bench.operator_metrics import operator_passes, own_requests, watch_received
+from e2e.bench.watchers import rows_in_the_way
 
 TEXT = """# HELP tfop_watch_events_total Watch events received (bookmarks included)
 # TYPE tfop_watch_events_total counter

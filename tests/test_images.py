@@ -1,4 +1,4 @@
-"""e2e.images without building a real image: keys, the OCI archive it writes, the build order and cache."""
+"""e2e.harness.images without building a real image: keys, the OCI archive it writes, the build order and cache."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e import images
+from e2e.harness import images
 
 
 @pytest.fixture(autouse=True)

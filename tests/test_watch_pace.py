@@ -10,7 +10,7 @@ import orjson
 import pytest
 import uvloop
 
-from e2e import pki
+from e2e.harness import pki
 from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials
 from tfop.kube.ticks import next_tick, on_grid

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from core_fixtures import model, tfjob
-from e2e.training import WORKLOADS_DIR, parse_progress
+from e2e.harness.training import WORKLOADS_DIR, parse_progress
 from tfop.children.tfconfig import tf_config
 
 

@@ -3,7 +3,7 @@ operator use every permission it is granted: what test_rbac_exact, test_native_g
 test_kubernetes_versions check a role with.
 
 The harness's apiserver writes an audit log (Metadata level, ServiceAccount users only:
-e2e/cluster.py AUDIT_POLICY). AuditTail reads the entries of one operator's own token;
+e2e/harness/control_plane.py AUDIT_POLICY). AuditTail reads the entries of one operator's own token;
 assert_role_exact compares them with a role: every request allowed, every grant used.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import yaml
 
-from e2e.cluster import AUDIT_LOG
+from e2e.harness.observed import AUDIT_LOG
 from e2e.tests.lifecycle_helpers import Env, active, pod_names, replica, tfjob
-from e2e.tfop_operator import OperatorProcess, wait_established
+from e2e.harness.tfop_operator import OperatorProcess, wait_established
 from tfop.tools.deploy import rbac
 
 Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)

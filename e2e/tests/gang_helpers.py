@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterable
 import requests
 import yaml
 
-from e2e.cluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
-from e2e.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
+from e2e.harness.kwok import GPU_RESOURCE, KWOK_NODE_ANNOTATION
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
+from e2e.harness.tfop_operator import OPERATOR_NAMESPACE, OperatorProcess, wait_established
 from tests.seeds import seed_jobs
 
 POOL_LABEL = "tfop.test/pool"
@@ -134,7 +134,7 @@ class Api:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
     def exit_pod(self, ns: str, pod: str, code: int) -> None:
-        """kwok ends this Running pod with `code` (e2e.kwok_stages)."""
+        """kwok ends this Running pod with `code` (e2e.harness.kwok_stages)."""
         self.merge_patch(f"/api/v1/namespaces/{ns}/pods/{pod}", {"metadata": {
             "labels": {EXIT_LABEL: "true"}, "annotations": {EXIT_CODE_ANNOTATION: str(code)}}})
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster import GPU_RESOURCE
+from e2e.harness.kwok import GPU_RESOURCE
 from e2e.tests.lifecycle_helpers import Env, replica, tfjob
 
 KUEUE_API = "kueue.x-k8s.io/v1beta1"

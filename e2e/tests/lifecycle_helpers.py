@@ -19,7 +19,7 @@ from typing import Any, Callable
 import yaml
 
 from e2e import build
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
 
 POLL = 0.2
 IMAGE = "registry.example/tfop-test/noop:1"
@@ -276,7 +276,7 @@ def _tfjob_texts(blocks: list[str]) -> list[tuple[str, dict]]:
 
 
 def operator(cluster, namespaces: list[str], **kwargs):
-    """An e2e.tfop_operator.OperatorProcess, CRDs and RBAC applied once per cluster.
+    """An e2e.harness.tfop_operator.OperatorProcess, CRDs and RBAC applied once per cluster.
 
     `tfop manifests` is applied server-side by every OperatorProcess.start();
     on this 2-core machine that takes 7-15 s, for objects that do not change
@@ -284,13 +284,13 @@ def operator(cluster, namespaces: list[str], **kwargs):
     """
     from unittest import mock
 
-    from e2e.tfop_operator import DEPLOYED_GANG, OperatorProcess
+    from e2e.harness.tfop_operator import DEPLOYED_GANG, OperatorProcess
 
     class _Operator(OperatorProcess):
         def start(self):
             # The ClusterRole is one object: skip only when the last apply was this variant's.
             if getattr(cluster, DEPLOYED_GANG, "never") == self.gang:
-                with mock.patch("e2e.tfop_operator.deploy_manifests"):
+                with mock.patch("e2e.harness.tfop_operator.deploy_manifests"):
                     return super().start()
             return super().start()
 

@@ -8,7 +8,7 @@ run here through the built kubectl against the local control plane:
   README installs it (`kubectl apply --server-side`), and the `kubeflow` Namespace its overlay makes;
 - `tfop manifests --enable-gang-scheduling --gang-scheduler-name volcano | kubectl apply
   --server-side --force-conflicts -f -` (without the Deployment: the operator runs here as a
-  process, e2e/tfop_operator.py), which takes the CRD's fields over;
+  process, e2e/harness/tfop_operator.py), which takes the CRD's fields over;
 - upstream's CRD applied again with `--force-conflicts` to go back.
 
 A `Snapshot` records the uid of every pod, service, PodGroup and TFJob of a namespace and every
@@ -28,7 +28,7 @@ import yaml
 
 from e2e import build
 from e2e.pytest_plugin import _in_ci
-from e2e.tfop_operator import DEPLOYED_GANG, OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, wait_established
+from e2e.harness.tfop_operator import DEPLOYED_GANG, OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, wait_established
 
 COMPONENT = "training-operator"
 UPSTREAM_MODULE = "github.com/kubeflow/training-operator"

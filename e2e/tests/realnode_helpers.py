@@ -1,11 +1,11 @@
-"""Helpers of the tests whose pods really run on the real node (e2e.realnode, e2e.training)."""
+"""Helpers of the tests whose pods really run on the real node (e2e.harness.realnode, e2e.harness.training)."""
 from __future__ import annotations
 
 import json
 
-from e2e import realnode
+from e2e.harness import realnode
 from e2e.tests.lifecycle_helpers import Env, active, phase
-from e2e.training import parse_progress
+from e2e.harness.training import parse_progress
 
 # A TF pod's first step comes after `import tensorflow` (4-6 s) and its peers: a job of 3-4 pods on
 # 2 CPUs takes 10-30 s; the waits leave room for a machine busy with other work.

@@ -1,4 +1,4 @@
-"""A tiny run of the benchmark (e2e/bench.py): raw client (alone, and creating the TFJobs too) and tfop, 3 jobs."""
+"""A tiny run of the benchmark (e2e/bench/burst.py): raw client (alone, and creating the TFJobs too) and tfop, 3 jobs."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from e2e import bench
+from e2e.bench import burst as bench
 
 pytestmark = pytest.mark.cluster
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from e2e.tests.lifecycle_helpers import tfjob
-from e2e.tfop_operator import deploy_manifests
+from e2e.harness.tfop_operator import deploy_manifests
 from tfop.core.settings import Settings
 from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.cluster import (
-    COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, NODE_LABEL, NODE_LABEL_VALUE,
-    VOLCANO_SCHEDULER_NAME, Cluster, request_counts,
-)
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
+from e2e.harness.cluster import Cluster
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.kwok import GPU_RESOURCE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.harness.observed import request_counts
+from e2e.harness.scheduler_plugins import COSCHEDULING_SCHEDULER_NAME
+from e2e.harness.volcano import VOLCANO_SCHEDULER_NAME
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_LABEL
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +166,7 @@ def test_add_and_remove_node(cluster, kubectl):
 
 def test_cli_up_status_down_leaves_no_process(tmp_path):
     d = tmp_path / "c"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "e2e.cluster", *a, "--dir", str(d)],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "e2e.harness", *a, "--dir", str(d)],  # noqa: E731
                                     cwd=REPO, capture_output=True, text=True, timeout=300)
     up = run("up", "--schedulers", "default", "--gpu-nodes", "1")
     try:

@@ -1,4 +1,4 @@
-"""The contention benchmark (e2e/contention.py): its ledger on plain tables, and a 3-trial run on
+"""The contention benchmark (e2e/bench/contention.py): its ledger on plain tables, and a 3-trial run on
 the real local control plane (scheduler-plugins) with the gang-on invariants."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from e2e import contention, contention_lib
-from e2e.contention_lib import (BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_node_loss_trial, draw_preemption_trial,
+from e2e.bench import contention, contention_lib
+from e2e.bench.contention_lib import (BIND_BURST_S, DEADLOCK_S, JobSpec, Ledger, draw_node_loss_trial, draw_preemption_trial,
                                 draw_trial)
 from e2e.pytest_plugin import own_cluster
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from e2e.tests.lifecycle_helpers import tfjob
-from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, deploy_manifests
+from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, deploy_manifests
 from tfop.api import conditions
 from tfop.core.plan import Event
 from tfop.kube.client import KubeClient

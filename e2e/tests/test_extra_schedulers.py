@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.cluster import KOORDINATOR_SCHEDULER_NAME, YUNIKORN_SCHEDULER_NAME
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.yunikorn import YUNIKORN_SCHEDULER_NAME
 from e2e.tests.test_cluster import create, gpu_pod, wait_pod
 
 pytestmark = pytest.mark.cluster

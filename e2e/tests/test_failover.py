@@ -2,7 +2,7 @@
 a process that never stays alive doing nothing.
 
 Each operator runs as `tfop manifests` deploys it (its ServiceAccount, ClusterRole and the leader
-election's Role) with a token of its own, so the apiserver's audit log (e2e/cluster.py AUDIT_POLICY)
+election's Role) with a token of its own, so the apiserver's audit log (e2e/harness/control_plane.py AUDIT_POLICY)
 tells which replica made each request. Jobs are small gangs on Volcano.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.cluster import free_port
+from e2e.harness.processes import free_port
 from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
 from e2e.tests.audit_helpers import CREDENTIAL_ID, credential_id
 from e2e.tests.lifecycle_helpers import operator as make_operator

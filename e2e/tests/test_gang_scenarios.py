@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from e2e.cluster import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
 from e2e.tests.gang_helpers import (
     GROUP_APIS,
     JOB_LABEL,
@@ -41,7 +41,7 @@ from e2e.tests.gang_helpers import (
     wait_until,
     watch_gang_waits,
 )
-from e2e.tfop_operator import wait_established
+from e2e.harness.tfop_operator import wait_established
 
 pytestmark = pytest.mark.cluster
 REAL_GANGS = ["volcano", "scheduler-plugins"]

@@ -1,5 +1,5 @@
-"""tfop as users run it: its image, built from the project's own Dockerfile (e2e.images "operator"),
-in the Deployment its manifests make, on the real node (e2e.realnode). The pods reach the apiserver
+"""tfop as users run it: its image, built from the project's own Dockerfile (e2e.harness.images "operator"),
+in the Deployment its manifests make, on the real node (e2e.harness.realnode). The pods reach the apiserver
 only as pods do in a cluster: the `kubernetes` Service through kube-proxy, the projected token and
 CA; two replicas elect one leader, and a gang TFJob trains under it to Succeeded.
 
@@ -21,13 +21,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import build
-from e2e.installed import (DEPLOYMENT, LEASE, NAMESPACE, READY_SECONDS, REPO, host_pid, kustomize_overlay,
+from e2e.harness.installed import (DEPLOYMENT, LEASE, NAMESPACE, READY_SECONDS, REPO, host_pid, kustomize_overlay,
                            leader_identity, memory_mb, operator_pods, ready, remove_install, time_of,
                            wait_leader, wait_ready_pods)
 from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env
 from e2e.tests.realnode_helpers import TRAIN_SECONDS, describe_pods, running, sigkill_process, wait_finished
-from e2e.training import replica, tfjob, workload_configmap
+from e2e.harness.training import replica, tfjob, workload_configmap
 from tfop.tools.deploy import rbac
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,

@@ -27,7 +27,7 @@ import yaml
 
 from e2e import build
 from e2e.tests.lifecycle_helpers import Env, replica, tfjob
-from e2e.tfop_operator import DEPLOYED_GANG, OperatorProcess, wait_established
+from e2e.harness.tfop_operator import DEPLOYED_GANG, OperatorProcess, wait_established
 from tfop.tools.deploy import rbac
 from tfop.tools.deploy.manifests import deploy_objects
 
@@ -129,7 +129,7 @@ class _NamespacedOperator(OperatorProcess):
                 "--health-probe-bind-address", "0", "--metrics-bind-address", "0", "--kubeconfig", str(kubeconfig)]
 
     def start(self) -> "_NamespacedOperator":
-        with mock.patch("e2e.tfop_operator.deploy_manifests"):
+        with mock.patch("e2e.harness.tfop_operator.deploy_manifests"):
             return super().start()
 
 

@@ -162,7 +162,7 @@ def apiserver(cluster) -> tuple[str, int]:
 
 
 def test_tls_server_name_is_the_name_the_certificate_is_checked_against(cluster, namespace, account, tmp_path):
-    # e2e/pki.py: the apiserver's certificate holds 127.0.0.1, localhost, kubernetes(.default...), not 127.0.0.2.
+    # e2e/harness/pki.py: the apiserver's certificate holds 127.0.0.1, localhost, kubernetes(.default...), not 127.0.0.2.
     def config(name: str, **fields) -> str:
         return account_kubeconfig(account, tmp_path, name, **fields)
     me = f"system:serviceaccount:{namespace}:{ACCOUNT}"

@@ -1,5 +1,5 @@
 """The ends of the supported Kubernetes range: 1.30 (the oldest) and 1.37 (the newest), each its own
-control plane (e2e.cluster, kubernetes="1.30"/"1.37": apiserver, controller manager, kube-scheduler of
+control plane (e2e.harness.cluster, kubernetes="1.30"/"1.37": apiserver, controller manager, kube-scheduler of
 that release; etcd, kubectl and kwok the harness's). The harness's own 1.34 runs the whole suite.
 
 On each, one cluster for every check:
@@ -25,14 +25,14 @@ from collections import Counter
 import pytest
 import yaml
 
-from e2e.cluster import AUDIT_LOG
+from e2e.harness.observed import AUDIT_LOG
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.gang_helpers import Api
 from e2e.tests.lifecycle_helpers import Env, condition, names, raw_seed_docs
 from e2e.tests.audit_helpers import (AuditedOperator, AuditTail, assert_role_exact, code, describe, exercise,
                                        live_rules)
 from e2e.tests.test_seeds_apply import expected_children
-from e2e.tfop_operator import deploy_manifests, wait_established
+from e2e.harness.tfop_operator import deploy_manifests, wait_established
 from tests.test_crd import BAD_JOBS, CEL_MESSAGES, _insertable, good_job
 from tfop.children.resources import resource_path
 from tfop.tools.offline import crd

@@ -2,7 +2,7 @@
 
 Every test gets a fresh namespace and its own operator (gang scheduling off)
 watching only that namespace. Pods are CPU-only and end through kwok's
-tfop-test-exit stage (e2e/kwok_stages.py). All assertions read what the
+tfop-test-exit stage (e2e/harness/kwok_stages.py). All assertions read what the
 Training SDK and dashboards read: `.status.conditions`, `.status.replicaStatuses`,
 `startTime`, `completionTime`, and the Events on the TFJob.
 """

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.cluster import free_port
+from e2e.harness.processes import free_port
 from e2e.tests.lifecycle_helpers import Env, operator, replica, tfjob
 
 pytestmark = pytest.mark.cluster

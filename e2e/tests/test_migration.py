@@ -3,7 +3,7 @@ on the real control plane with Volcano gang scheduling.
 
 Upstream is installed as its users have it: its own TFJob CRD (from the module's manifests, applied
 server-side as upstream's README says) and the operator with `--gang-scheduler-name=volcano`
-(e2e/bench_lib.py's UpstreamProcess: the binary as a local process, its webhook cert rotator
+(e2e/harness/upstream_operator.py's UpstreamProcess: the binary as a local process, its webhook cert rotator
 satisfied). It runs three gangs that stay Running and four jobs that finish (Succeeded with its pods
 kept, Succeeded with a PS still running, Succeeded with cleanPodPolicy All, Failed). Then, with the
 README's commands: upstream is stopped, its TFJob webhook removed, `tfop manifests` applied over the
@@ -30,7 +30,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from e2e.bench_lib import UpstreamProcess
+from e2e.harness.upstream_operator import UpstreamProcess
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.lifecycle_helpers import Env, is_true, operator, pod_names, replica, tfjob
 from e2e.tests.migration_helpers import (

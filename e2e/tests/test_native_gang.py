@@ -1,5 +1,5 @@
 """The `kubernetes` backend on Kubernetes' own gang scheduling: kube-scheduler v1.37.2 with the
-GenericWorkload gate on and scheduling.k8s.io/v1beta1 served (e2e.cluster, kubernetes="1.37"), no
+GenericWorkload gate on and scheduling.k8s.io/v1beta1 served (e2e.harness.cluster, kubernetes="1.37"), no
 other scheduler. The seeds' scenarios: a gang of N where N-2 fit stays whole and Pending and says
 why; room added, all start; a member lost, the gang restarts whole on a new PodGroup; the
 sentence for pods kube-scheduler holds silently until every member exists; a high-priority gang

@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from e2e.cluster import GPU_RESOURCE, OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT
+from e2e.harness.kwok import GPU_RESOURCE
+from e2e.harness.nodes import OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT
 from e2e.pytest_plugin import own_cluster
-from e2e.tfop_operator import OPERATOR_NAMESPACE
+from e2e.harness.tfop_operator import OPERATOR_NAMESPACE
 from e2e.tests.gang_helpers import (
     Api,
     condition,

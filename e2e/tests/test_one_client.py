@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from e2e import build
-from e2e.cluster import free_port
-from e2e.tfop_operator import deploy_manifests
+from e2e.harness.processes import free_port
+from e2e.harness.tfop_operator import deploy_manifests
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from e2e.tests.lifecycle_helpers import Env, operator, pod_names, replica, tfjob
-from e2e.tfop_operator import deploy_manifests
+from e2e.harness.tfop_operator import deploy_manifests
 
 pytestmark = pytest.mark.cluster
 

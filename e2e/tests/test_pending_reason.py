@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from e2e.cluster import GPU_RESOURCE
+from e2e.harness.kwok import GPU_RESOURCE
 from e2e.tests.gang_helpers import Api, Pool, ScopedOperator, gpu_pool, operator, wait_all_running, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -1,9 +1,9 @@
-"""Reading `go tool pprof -top`'s header (e2e/pprof.py): plain tables, no cluster."""
+"""Reading `go tool pprof -top`'s header (e2e/bench/pprof.py): plain tables, no cluster."""
 from __future__ import annotations
 
 import pytest
 
-from e2e.pprof import focused_seconds, seconds
+from e2e.bench.pprof import focused_seconds, seconds
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -3,7 +3,7 @@ every permission it grants is used. So is the leader election's Role (the operat
 --leader-elect, as deployed): its Lease is created, read and renewed, and nothing else.
 
 The harness's apiserver writes an audit log (Metadata level, ServiceAccount users only:
-e2e/cluster.py AUDIT_POLICY) and runs the admission plugin OwnerReferencesPermissionEnforcement.
+e2e/harness/control_plane.py AUDIT_POLICY) and runs the admission plugin OwnerReferencesPermissionEnforcement.
 Each test deploys `tfop manifests`' ServiceAccount and ClusterRole, runs the operator with them
 through every code path that needs a permission, then reads the audit entries of that operator's
 own token and compares them with the ClusterRole. The workload, on one job: names it needs held by

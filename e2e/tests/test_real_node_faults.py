@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from e2e import realnode
+from e2e.harness import realnode
 from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env, condition, phase
 from e2e.tests.realnode_helpers import (TRAIN_SECONDS, describe_pods, finished, logs, progress, running,
                                         sigkill_process, wait_finished)
 from e2e.tests.test_real_training import assert_succeeded, start_operator
-from e2e.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
-from e2e.training import replica as image_replica
+from e2e.harness.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
+from e2e.harness.training import replica as image_replica
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,
               pytest.mark.images(*REAL_CLUSTER_IMAGES)]

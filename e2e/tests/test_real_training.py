@@ -1,6 +1,6 @@
 """TFJobs that really train TensorFlow, on a real kubelet, under tfop as deployed.
 
-Every pod here is a runc container on the real node (e2e.realnode) running e2e/workloads/train.py:
+Every pod here is a runc container on the real node (e2e.harness.realnode) running e2e/workloads/train.py:
 TF_CONFIG names the peers by their headless services, CoreDNS resolves them, the processes talk
 gRPC over the node's bridge, exit codes and signals are the processes' own. Each test reads the
 job's status and Events and the pods' logs (`kubectl logs`, through the kubelet's authenticated
@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from e2e.cluster import free_port
+from e2e.harness.processes import free_port
 from e2e.pytest_plugin import REAL_CLUSTER_IMAGES
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, phase
 from e2e.tests.test_metrics import scrape
 from e2e.tests.realnode_helpers import (TRAIN_SECONDS, describe_pods, logs, progress, running, sigkill_process,
                                         wait_finished)
-from e2e.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
-from e2e.training import replica as image_replica
+from e2e.harness.training import CHECKPOINT_MOUNT, checkpoint_volume, tfjob, workload_configmap
+from e2e.harness.training import replica as image_replica
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode,
               pytest.mark.images(*REAL_CLUSTER_IMAGES)]

@@ -1,4 +1,4 @@
-"""`python -m e2e.cluster up --real-nodes 1` then `down` leaves this machine as it was.
+"""`python -m e2e.harness up --real-nodes 1` then `down` leaves this machine as it was.
 
 What a real node changes is machine-wide: processes (containerd, its shims, the kubelet, CoreDNS,
 the pods' own), mounts (overlay rootfs, network namespaces, the kubelet's volumes), a bridge and
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import realnode
-from e2e.cluster import Cluster, RealNodeUnavailable
+from e2e.harness import realnode
+from e2e.harness.cluster import Cluster
+from e2e.harness.errors import RealNodeUnavailable
 from e2e.pytest_plugin import real_node_unavailable, stop_real_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
@@ -87,7 +88,7 @@ def _run(*cmd: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def cluster_cli(*args: str) -> subprocess.CompletedProcess:
-    return _run(sys.executable, "-m", "e2e.cluster", *args, cwd=REPO)
+    return _run(sys.executable, "-m", "e2e.harness", *args, cwd=REPO)
 
 
 def sleeper(image: str) -> dict:
@@ -136,8 +137,8 @@ def test_down_after_the_test_process_crashed_leaves_nothing(machine, tmp_path):
     d = tmp_path / "cluster"
     script = textwrap.dedent(f"""
         import sys, time
-        from e2e.cluster import Cluster
-        from e2e import realnode
+        from e2e.harness.cluster import Cluster
+        from e2e.harness import realnode
         c = Cluster.up({str(d)!r}, schedulers=["default"], gpu_nodes=0, real_nodes=1, node_images=("base",))
         print("UP", flush=True)
         time.sleep(3600)

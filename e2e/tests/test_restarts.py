@@ -28,7 +28,7 @@ from datetime import datetime
 import pytest
 import yaml
 
-from e2e.kwok_stages import EXIT_LABEL
+from e2e.harness.kwok_stages import EXIT_LABEL
 from e2e.tests.gang_helpers import Api, ScopedOperator, expected_pods, new_namespace
 from e2e.tests.lifecycle_helpers import replica, tfjob
 

@@ -21,7 +21,7 @@ from kubeflow.training import TrainingClient
 from kubernetes import client, config
 
 from e2e.tests.lifecycle_helpers import Env, names, operator, replica, tfjob
-from e2e.tfop_operator import deploy_manifests
+from e2e.harness.tfop_operator import deploy_manifests
 from tfop.api.rules import duplicate_message
 
 pytestmark = pytest.mark.cluster

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from e2e.tests.lifecycle_helpers import tfjob
-from e2e.tfop_operator import deploy_manifests
+from e2e.harness.tfop_operator import deploy_manifests
 from tfop.runtime.controller import Controller
 from tfop.runtime.status_writer import TFJOB_API
 from tfop.kube.client import KubeClient

@@ -18,7 +18,7 @@ import pytest
 
 from e2e.tests import gang_helpers
 from e2e.tests.lifecycle_helpers import Env, active, condition, is_true, names, phase, pod_names, replica, tfjob
-from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE
+from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE
 
 pytestmark = pytest.mark.cluster
 

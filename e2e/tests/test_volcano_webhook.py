@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from e2e.cluster import VOLCANO_SCHEDULER_NAME
+from e2e.harness.volcano import VOLCANO_SCHEDULER_NAME
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.gang_helpers import (
     POLL,

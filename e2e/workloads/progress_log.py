@@ -1,7 +1,7 @@
 """The progress lines train.py prints, one event a line, for the e2e tests to parse.
 
 Format: `tfop-train [<event>] key=value ...`, values without spaces, times in
-Unix seconds. The lines, in order (e2e/training.py parses them):
+Unix seconds. The lines, in order (e2e/harness/training.py parses them):
 
     tfop-train start task=worker:1 strategy=MultiWorkerMirroredStrategy duty=train steps=50 tensorflow=2.20.0
         import_seconds=4.1 time=1714000000.123            (one line; printed once TensorFlow is imported)

@@ -1,6 +1,6 @@
 // Pinned Kubeflow training-operator (the upstream Go TFJob operator), built by
 // e2e/build.py only on request (`--components training-operator`); used by
-// e2e/bench.py as the upstream reference. Its go.mod has no replaces.
+// e2e/bench/burst.py as the upstream reference. Its go.mod has no replaces.
 module tfop.local/e2e/components/training-operator
 
 go 1.24.0

@@ -7,7 +7,7 @@ cgroup subtree kubepods, in the iptables chains named KUBE-* and in KUBELET_SYSC
 Those are machine-wide (the bridge, port 10250, the cgroups), hence one real-node cluster per
 machine at a time.
 
-e2e.cluster runs containerd, coredns, kubelet and kube-proxy as its components (started,
+e2e.harness.kubelet_node runs containerd, coredns, kubelet and kube-proxy as its components (started,
 restarted and stopped like the others); this module makes their configuration and the host
 state around them.
 
@@ -61,7 +61,7 @@ POD_CGROUP = "kubepods"  # the kubelet's cgroupfs root for pods (cgroupRoot "/")
 REQUIRED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables", "iptables-restore",
                      "conntrack", "buildah")
 REQUIRED_CNI = ("bridge", "host-local", "loopback")
-# buildah builds the operator's image from its Dockerfile (e2e.images), for the pods of its Deployment.
+# buildah builds the operator's image from its Dockerfile (e2e.harness.images), for the pods of its Deployment.
 DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "debootstrap",
                    "buildah")
 

@@ -74,7 +74,7 @@ class OperatorProcess:
         log = open(self.log_path, "ab")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
+                                        cwd=Path(__file__).resolve().parents[2], start_new_session=True)
         log.close()
         self.wait_started()
         return self

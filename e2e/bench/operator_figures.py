@@ -1,12 +1,12 @@
 """What the operator's image costs as users run it: its size, its pods' time from creation to Ready,
 their memory against the Deployment's requests and limits. On a real-node cluster of its own.
 
-    python -m e2e.operator_figures [--runs 3]
+    python -m e2e.bench.operator_figures [--runs 3]
 
 Each run applies `manifests/overlays/gang-volcano` with the image swapped (as
 e2e/tests/test_in_cluster.py does), waits for both pods Ready, reads each pod's creation and Ready
 times from the API and its container's RSS from this machine's /proc (the process is local), and
-removes the install. The image is built first if its inputs changed (e2e.images "operator").
+removes the install. The image is built first if its inputs changed (e2e.harness.images "operator").
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import images
-from e2e.cluster import Cluster
-from e2e.installed import REPO, kustomize_overlay, memory_mb, operator_pods, remove_install, time_of, wait_ready_pods
+from e2e.harness import images
+from e2e.harness.cluster import Cluster
+from e2e.harness.installed import REPO, kustomize_overlay, memory_mb, operator_pods, remove_install, time_of, wait_ready_pods
 
 
 def image_sizes(archive: Path) -> dict[str, float]:
@@ -44,7 +44,7 @@ def image_sizes(archive: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.operator_figures", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m e2e.bench.operator_figures", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)

@@ -2,7 +2,7 @@
 
     python -m e2e.bench --training 10 [--out e2e/bench-results]
 
-One cluster with a real node (e2e.realnode) and Volcano; four operators side by side, each in its
+One cluster with a real node (e2e.harness.realnode) and Volcano; four operators side by side, each in its
 namespace: tfop and upstream training-operator v1.9.3, each with gang scheduling off and with
 Volcano. The same TFJob (Chief + 2 workers, MultiWorkerMirroredStrategy, e2e/workloads/train.py)
 goes to each row in turn, one job at a time on the whole machine, N rounds. Rows are interleaved,
@@ -26,10 +26,10 @@ from pathlib import Path
 import yaml
 
 from e2e import build
-from e2e.bench_lib import UpstreamProcess
-from e2e.cluster import Cluster
-from e2e.tfop_operator import OperatorProcess
-from e2e.training import parse_progress, replica, tfjob, workload_configmap
+from e2e.harness.upstream_operator import UpstreamProcess
+from e2e.harness.cluster import Cluster
+from e2e.harness.tfop_operator import OperatorProcess
+from e2e.harness.training import parse_progress, replica, tfjob, workload_configmap
 
 ROWS = (("tfop", "none"), ("upstream", "none"), ("tfop", "volcano"), ("upstream", "volcano"))
 JOB_ARGS = ["--steps", "30", "--target-loss", "0.05"]

@@ -1,7 +1,7 @@
-"""TFJobs that really train TensorFlow on the real node (e2e.realnode), and what their logs say.
+"""TFJobs that really train TensorFlow on the real node (e2e.harness.realnode), and what their logs say.
 
 The scripts of e2e/workloads reach the pods by a ConfigMap mounted at /workload, so the TensorFlow
-image (e2e.images "tf") never changes with them. Checkpoints go to a hostPath under the real node's
+image (e2e.harness.images "tf") never changes with them. Checkpoints go to a hostPath under the real node's
 root, which outlives the pods and goes with the node's teardown. `parse_progress` reads the
 `tfop-train ...` lines the scripts print (their format: e2e/workloads/progress_log.py).
 Used by the real-node tests, the demo and the benchmark.
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import realnode
+from e2e.harness import realnode
 
-WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 WORKLOAD_CONFIGMAP = "tfop-workloads"
 WORKLOAD_MOUNT = "/workload"
 CHECKPOINT_MOUNT = "/checkpoints"

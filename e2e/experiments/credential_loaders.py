@@ -1,7 +1,7 @@
 """What the official `kubernetes` client's kubeconfig loader does with an exec plugin and a proxy-url:
 the measurements behind keeping tfop's own reader and exec-plugin runner (README, "How it is built").
 
-    python -m e2e.credential_loaders
+    python -m e2e.experiments.credential_loaders
 
 No apiserver is needed: the loader runs the plugin when it loads the kubeconfig and again when a
 request asks for the token (Configuration.get_api_key_with_prefix, as each request of its ApiClient

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import component_get
+from e2e.bench.control_plane_figures import component_get
 
 SLICE_SECONDS = 5
 # Named parts of each component's CPU: a sample counts in a part when a frame of its stack matches.
@@ -145,5 +145,5 @@ def resummarise(results: Path) -> None:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:]:  # python -m e2e.pprof RESULTS.json...
+    for name in sys.argv[1:]:  # python -m e2e.bench.pprof RESULTS.json...
         resummarise(Path(name))

@@ -1,13 +1,13 @@
 """The contention benchmark: what gang scheduling saves when TFJobs compete for GPUs.
 
-    python -m e2e.contention [--trials N] [--seed S]
+    python -m e2e.bench.contention [--trials N] [--seed S]
                              [--scheduler volcano|scheduler-plugins|koordinator|kubernetes[,...]]
                              [--gang on|off|both] [--jobs J] [--out DIR] [--dir CLUSTER_DIR]
                              [--scenario stream|preemption|node-loss] [--volcano-conf preempt|no-enqueue|no-gang-veto]
                              [--tfop worktree|COMMIT] [--baseline COMMIT|worktree] [--admin-after S]
 
 Each trial draws, from the seed, a cluster (3-6 kwok nodes of 1, 2 or 4 GPUs) and a stream of
-TFJobs (e2e.contention_lib.draw_trial), and runs the same stream with tfop's gang scheduling on
+TFJobs (e2e.bench.contention_lib.draw_trial), and runs the same stream with tfop's gang scheduling on
 and off, one after the other on the same nodes. A job's pods run for its run time from the
 moment all of them run (the harness then sets kwok's exit markers), as distributed training
 makes no progress before every worker is up. A watch on pods and TFJobs feeds the ledger
@@ -40,16 +40,20 @@ from pathlib import Path
 import aiohttp
 
 from e2e import build
-from e2e.bench import machine
-from e2e.bench_lib import Admin
-from e2e.cluster import (COSCHEDULING_SCHEDULER_NAME, GPU_RESOURCE, KOORDINATOR_SCHEDULER_NAME, OUT_OF_SERVICE_TAINT,
-                         UNREACHABLE_TAINT, Cluster, components_for, volcano_conf)
-from e2e.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
+from e2e.bench.burst import machine
+from e2e.bench.apiserver_requests import Admin
+from e2e.harness.cluster import Cluster, components_for
+from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
+from e2e.harness.kwok import GPU_RESOURCE
+from e2e.harness.nodes import OUT_OF_SERVICE_TAINT, UNREACHABLE_TAINT
+from e2e.harness.scheduler_plugins import COSCHEDULING_SCHEDULER_NAME
+from e2e.harness.volcano import volcano_conf
+from e2e.bench.contention_lib import (HIGH_PRIORITY, NODE_LOSS_RUN_HEAD, NODE_LOSS_SUMMARY_HEAD, PREEMPT_RUN_HEAD,
                                 PREEMPT_SUMMARY_HEAD, PRIORITY_VALUES, RUN_HEAD, SUMMARY_HEAD, Ledger, Trial,
                                 draw_node_loss_trial, draw_preemption_trial, draw_trial, fmt, md_table,
                                 node_loss_run_row, node_loss_summary_row, plot, plot_node_loss, preempt_run_row,
                                 preempt_summary_row, run_row, summary_row)
-from e2e.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
+from e2e.harness.kwok_stages import EXIT_CODE_ANNOTATION, EXIT_DELAY_ANNOTATION, EXIT_LABEL
 from e2e.tests.gang_helpers import ScopedOperator, wait_until
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import ApiError
@@ -60,11 +64,11 @@ TICK_S = 0.25  # how often the run checks its own ledger (no API call)
 @dataclass(frozen=True)
 class Wiring:
     """How tfop meets one scheduler, gang on and off."""
-    cluster: str  # e2e.cluster scheduler set member
+    cluster: str  # e2e.harness.cluster scheduler set member
     gang: str  # --gang-scheduler-name
     off_args: tuple[str, ...]  # tfop's flags without gang scheduling
     off_placement: str  # who places pods without gangs, and why
-    kubernetes: str | None = None  # the control plane: None, the harness's own; "1.37", e2e.cluster's optional one
+    kubernetes: str | None = None  # the control plane: None, the harness's own; "1.37", e2e.harness.cluster's optional one
 
 
 SCHEDULERS = {
@@ -508,7 +512,7 @@ class NodeLossRun(StreamRun):
 
 # Volcano with its preempt action, for the preemption scenario only (written over the cluster's
 # volcano.conf, vc-scheduler restarted; the other tests' Volcano is unchanged). "preempt":
-# e2e.cluster's VOLCANO_CONF with "preempt" after "allocate", as Volcano's documentation configures
+# e2e.harness.volcano's VOLCANO_CONF with "preempt" after "allocate", as Volcano's documentation configures
 # it. The two others each take one more obstacle away, to find which one holds preemption back:
 # "no-enqueue" drops the enqueue action (allocate then moves Pending groups to Inqueue itself, and
 # preempt skips Pending jobs only); "no-gang-veto" also turns off the gang plugin's preemptable
@@ -641,7 +645,7 @@ class Variant:
 
 def extract_tree(ref: str) -> tuple[Path, str]:
     """tfop at commit `ref`, extracted outside the repository (once per commit); returns (dir, sha)."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     sha = subprocess.run(["git", "rev-parse", f"{ref}^{{commit}}"], cwd=repo, capture_output=True, text=True,
                          check=True).stdout.strip()
     d = Path(tempfile.gettempdir()) / f"tfop-tree-{sha[:12]}"
@@ -798,7 +802,7 @@ def run_trials(bench, cluster: Cluster, trials: list[Trial]) -> list[dict]:
 
 def write_outputs(out: Path, scheduler: str, args, argv: list[str], results: list[dict], took: float) -> str:
     stem = f"contention-{scheduler}"
-    meta = {"command": "python -m e2e.contention " + " ".join(argv), "scheduler": scheduler,
+    meta = {"command": "python -m e2e.bench.contention " + " ".join(argv), "scheduler": scheduler,
             "off_placement": SCHEDULERS[scheduler].off_placement, "seed": args.seed, "trials": args.trials,
             "jobs_per_trial": args.jobs, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
             "tfop_commit": commit(), "took_s": round(took, 1)}
@@ -817,7 +821,7 @@ def write_outputs(out: Path, scheduler: str, args, argv: list[str], results: lis
 def write_preemption_outputs(out: Path, scheduler: str, args, argv: list[str], results: list[dict],
                              took: float) -> str:
     stem = f"preemption-{scheduler}" + (f"-{args.volcano_conf}" if scheduler == "volcano" else "")
-    meta = {"command": "python -m e2e.contention " + " ".join(argv), "scenario": "preemption",
+    meta = {"command": "python -m e2e.bench.contention " + " ".join(argv), "scenario": "preemption",
             "scheduler": scheduler, "off_placement": SCHEDULERS[scheduler].off_placement, "seed": args.seed,
             "trials": args.trials, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(),
             "tfop_commit": commit(), "took_s": round(took, 1),
@@ -845,7 +849,7 @@ def render_preemption(path: Path) -> str:
 def write_node_loss_outputs(out: Path, scheduler: str, args, argv: list[str], results: list[dict], took: float,
                             variants_: list[Variant]) -> str:
     stem = f"node-loss-{scheduler}"
-    meta = {"command": "python -m e2e.contention " + " ".join(argv), "scenario": "node-loss", "scheduler": scheduler,
+    meta = {"command": "python -m e2e.bench.contention " + " ".join(argv), "scenario": "node-loss", "scheduler": scheduler,
             "seed": args.seed, "trials": args.trials, "jobs_per_trial": args.jobs, "admin_after_s": args.admin_after,
             "node_monitor_grace_period_s": args.node_monitor_grace_period or 50,
             "variants": {v.name: {"tfop": v.commit, "source": str(v.source) if v.source else "working tree"}
@@ -893,7 +897,7 @@ def write_summary(out: Path, argv: list[str], by_scheduler: dict[str, list[dict]
     """One table over the schedulers of this invocation: a row per scheduler and gang mode."""
     rows = [summary_row(s, trials, m) for s, trials in by_scheduler.items() for m in ("on", "off")]
     (out / "contention-summary.md").write_text(
-        f"`python -m e2e.contention {' '.join(argv)}`: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
+        f"`python -m e2e.bench.contention {' '.join(argv)}`: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
         f"tfop {commit()}.\n\n{md_table(SUMMARY_HEAD, rows)}\n")
 
 
@@ -908,7 +912,7 @@ def start_cluster(scheduler: str, wiring: Wiring, node_monitor_grace_period: flo
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m e2e.contention", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m e2e.bench.contention", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)

@@ -1,7 +1,7 @@
 """The operator as users install it, in a real-node cluster: an image-swapping kustomize overlay, its
 pods and their readiness, the Lease they elect a leader with, removing the install again, and the
 container's process as this machine sees it. Shared by e2e/tests/test_in_cluster.py and
-e2e.operator_figures.
+e2e.bench.operator_figures.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import realnode
+from e2e.harness import realnode
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kubeflow"  # the manifests' namespace
 DEPLOYMENT = "tfop"
 LEASE = "tfop"

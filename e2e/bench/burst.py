@@ -5,7 +5,7 @@ client creating the same objects) and the upstream Go training-operator.
     python -m e2e.bench [--jobs 400] [--replicas 1ps+4w] [--nodes N]
                         [--gang none|volcano|scheduler-plugins]
                         [--against raw,upstream] [--out DIR] [--dir CLUSTER_DIR] [--pin-operator]
-    python -m e2e.bench --training 10 [--out DIR]   # real TensorFlow on the real node (e2e.bench_training)
+    python -m e2e.bench --training 10 [--out DIR]   # real TensorFlow on the real node (e2e.bench.training)
 
 Rows, one after another in fresh namespaces of one cluster: raw, tfop,
 upstream default, upstream tuned. See e2e/BENCHMARK.md for the method.
@@ -28,14 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e import build
-from e2e.bench_lib import (PLURALS, Admin, BesideWrites, Census, ObjectClock, PodClock, UpstreamProcess, compact_etcd,
-                           component_cpu, free_port, operator_metrics, operator_passes, operator_requests, other_writes,
-                           own_requests, per_job, pin, proc_stats, rows_in_the_way, scheduler_clients,
-                           scheduler_throttle, split_cpus, stolen_seconds, stop, strip_owner, submit_raw,
-                           submit_raw_threaded, submit_tfjobs, throttled, until, watch_received)
-from e2e.cluster import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE, Cluster
-from e2e.pprof import ControlPlaneProfile, summarise
-from e2e.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
+from e2e.bench.apiserver_requests import Admin, operator_requests, other_writes, throttled
+from e2e.bench.control_plane_figures import compact_etcd, component_cpu, scheduler_clients, scheduler_throttle
+from e2e.bench.machine import pin, proc_stats, split_cpus, stolen_seconds
+from e2e.bench.operator_metrics import operator_metrics, operator_passes, own_requests, watch_received
+from e2e.bench.pprof import ControlPlaneProfile, summarise
+from e2e.bench.submitters import PLURALS, strip_owner, submit_raw, submit_raw_threaded, submit_tfjobs
+from e2e.bench.watchers import BesideWrites, Census, ObjectClock, PodClock, per_job, rows_in_the_way, stop, until
+from e2e.harness.cluster import Cluster
+from e2e.harness.kwok import KWOK_NODE_ANNOTATION, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.harness.processes import free_port
+from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess, deploy_manifests
+from e2e.harness.upstream_operator import UpstreamProcess
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
 from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials
@@ -431,7 +435,7 @@ class TfopProcess(OperatorProcess):
         log = open(self.log_path, "ab")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
+                                        cwd=Path(__file__).resolve().parents[2], start_new_session=True)
         log.close()
         self.wait_started(timeout=timeout)
         return self
@@ -635,7 +639,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="instead of the burst: N jobs one at a time, the latency of each (0: off)")
     ap.add_argument("--training", type=int, default=0, metavar="N",
                     help="instead: N TFJobs that really train on a real node, per row (tfop and upstream, gang off "
-                         "and Volcano): apply -> all pods Running -> first training step (e2e/bench_training.py)")
+                         "and Volcano): apply -> all pods Running -> first training step (e2e/bench/training.py)")
     ap.add_argument("--scheduler-qps", type=int, default=5000,
                     help="client QPS (burst twice that) of kube-scheduler, the scheduler-plugins scheduler and "
                          "kube-controller-manager of a new cluster; 0: their defaults (50/100, 20/30)")
@@ -652,7 +656,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep each row's namespace")
     ap.add_argument("--pprof", action="store_true",
                     help="CPU profiles of the apiserver, controller manager and scheduler over each row's burst "
-                         "(logs/pprof-*.pb.gz) and the seconds of named parts in the results (e2e/pprof.py)")
+                         "(logs/pprof-*.pb.gz) and the seconds of named parts in the results (e2e/bench/pprof.py)")
     ap.add_argument("--beside-writes", type=float, default=0, metavar="N",
                     help="N ConfigMap writes a second in a namespace of their own from each row's start until every "
                          "pod runs: control-plane work tfop never sees, to compare rows at equal machine load")
@@ -683,7 +687,7 @@ def open_cluster(args, nodes: int, pods: int) -> tuple[Cluster, bool]:
         created = True
         d = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tfop-bench-"))
         print(f"[bench] starting cluster in {d}", flush=True)
-        # A cluster in --dir outlives this run, to be reused by the next (`python -m e2e.cluster down`).
+        # A cluster in --dir outlives this run, to be reused by the next (`python -m e2e.harness down`).
         cluster = Cluster.up(d, gpu_nodes=0, schedulers=GANG_SCHEDULERS[args.gang],
                              scheduler_qps=args.scheduler_qps or None, stop_on_exit=not args.dir)
     try:
@@ -738,7 +742,7 @@ def write_results(out: Path, stem: str, meta: dict, results: list[dict]) -> None
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.training:
-        from e2e import bench_training
+        from e2e.bench import training as bench_training
 
         command = "python -m e2e.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         return bench_training.run(args.training, Path(args.out), args.name, command)

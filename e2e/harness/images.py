@@ -19,7 +19,7 @@ Archives go to ~/.cache/tfop-e2e/images (or $TFOP_E2E_IMAGE_CACHE), beside e2e.b
 Building needs root (debootstrap, chroot), gcc with a static libc (libc6-dev), GNU tar and
 buildah.
 
-    python -m e2e.images [--images pause,base,tf,python,operator] [--force] [--check]
+    python -m e2e.harness.images [--images pause,base,tf,python,operator] [--force] [--check]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ from pip._internal.cli.main import main
 sys.exit(main())
 """
 # What the Dockerfile's COPY lines read, besides the Dockerfile: the operator's key hashes them.
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OPERATOR_INPUTS = ("Dockerfile", "pyproject.toml", "setup.cfg", "constraints.txt", "README.md", "tfop", "templates",
                    "crds", "rbac")
 
@@ -182,27 +182,27 @@ def ensure(names: list[str], force: bool = False) -> dict[str, Image]:
     built = {n: t for n, t in timings.items() if t is not None}
     total = time.monotonic() - t0
     if built:
-        print("[e2e.images] timings: " + ", ".join(f"{n} {t:.0f}s" for n, t in built.items())
+        print("[e2e.harness.images] timings: " + ", ".join(f"{n} {t:.0f}s" for n, t in built.items())
               + f"; total {total:.0f}s", flush=True)
     else:
-        print(f"[e2e.images] all cached ({total:.2f}s)", flush=True)
+        print(f"[e2e.harness.images] all cached ({total:.2f}s)", flush=True)
     return {n: result[n] for n in names}
 
 
 def _ensure_one(name: str, force: bool) -> tuple[Image, float | None]:
     img = image(name)
     if img.archive.is_file() and not force:
-        print(f"[e2e.images] {name}: cached {img.ref}", flush=True)
+        print(f"[e2e.harness.images] {name}: cached {img.ref}", flush=True)
         return img, None
-    with build.one_builder(cache_dir() / f".{name}.lock", f"[e2e.images] {name}"):
+    with build.one_builder(cache_dir() / f".{name}.lock", f"[e2e.harness.images] {name}"):
         if img.archive.is_file() and not force:
-            print(f"[e2e.images] {name}: cached {img.ref}", flush=True)
+            print(f"[e2e.harness.images] {name}: cached {img.ref}", flush=True)
             return img, None
         return img, _build_locked(img)
 
 
 def _build_locked(img: Image) -> float:
-    print(f"[e2e.images] building {img.ref}", flush=True)
+    print(f"[e2e.harness.images] building {img.ref}", flush=True)
     t0 = time.monotonic()
     # Left by a build that was killed; under this lock no other build of the image runs.
     for stale_dir in cache_dir().glob(f"work-{img.name}-*"):
@@ -218,11 +218,11 @@ def _build_locked(img: Image) -> float:
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
-        print(f"[e2e.images] {img.name}: archive written in {time.monotonic() - step:.1f}s", flush=True)
+        print(f"[e2e.harness.images] {img.name}: archive written in {time.monotonic() - step:.1f}s", flush=True)
     partial.rename(img.archive)
     dt = time.monotonic() - t0
     size = img.archive.stat().st_size / 1e6
-    print(f"[e2e.images] {img.name}: done in {dt:.0f}s, {size:.0f} MB -> {img.archive}", flush=True)
+    print(f"[e2e.harness.images] {img.name}: done in {dt:.0f}s, {size:.0f} MB -> {img.archive}", flush=True)
     return dt
 
 
@@ -530,14 +530,14 @@ def check(img: Image) -> str:
     if proc.returncode != 0:
         raise ImageError(f"{img.name} check failed ({proc.returncode}): {proc.stderr[-3000:]}")
     output = proc.stdout.strip()
-    print(f"[e2e.images] {img.name}: check ok ({unpacked:.0f}s to unpack): {output}", flush=True)
+    print(f"[e2e.harness.images] {img.name}: check ok ({unpacked:.0f}s to unpack): {output}", flush=True)
     return output
 
 
 # --- processes and scratch directories ------------------------------------------------------------
 
 def _run(cmd: list[str], label: str, cwd: Path | None = None) -> None:
-    print(f"[e2e.images] {label}", flush=True)
+    print(f"[e2e.harness.images] {label}", flush=True)
     t0 = time.monotonic()
     stop = threading.Event()
     threading.Thread(target=_report_progress, args=(label, t0, stop), daemon=True).start()
@@ -548,7 +548,7 @@ def _run(cmd: list[str], label: str, cwd: Path | None = None) -> None:
         stop.set()
     if proc.returncode != 0:
         raise ImageError(f"{label} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
-    print(f"[e2e.images] {label}: {time.monotonic() - t0:.1f}s", flush=True)
+    print(f"[e2e.harness.images] {label}: {time.monotonic() - t0:.1f}s", flush=True)
 
 
 def _report_progress(label: str, start: float, stop: threading.Event) -> None:
@@ -566,7 +566,7 @@ def _work_dir(label: str) -> Iterator[Path]:
         t0 = time.monotonic()
         _remove_tree(path)
         # Deleting tf's 1.3 GB layer can take half a minute on a busy disk: shown, not hidden.
-        print(f"[e2e.images] removed {path.name} in {time.monotonic() - t0:.1f}s", flush=True)
+        print(f"[e2e.harness.images] removed {path.name} in {time.monotonic() - t0:.1f}s", flush=True)
 
 
 def mounts_under(path: Path) -> list[Path]:
@@ -592,7 +592,7 @@ def _remove_tree(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.images", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m e2e.harness.images", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", default=",".join(IMAGES), help="comma-separated, from: " + ",".join(IMAGES))
     ap.add_argument("--force", action="store_true", help="rebuild the named images even if cached")
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.check:
                 check(img)
     except (ImageError, build.BuildError) as e:
-        print(f"[e2e.images] ERROR: {e}", file=sys.stderr)
+        print(f"[e2e.harness.images] ERROR: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,4 +1,4 @@
-"""Pieces of e2e/contention.py that talk to no cluster: the seeded trials, the ledger that
+"""Pieces of e2e/bench/contention.py that talk to no cluster: the seeded trials, the ledger that
 turns pod bindings into the contention metrics, the tables and the plot.
 
 The ledger is fed events in time order (a TFJob submitted, a pod bound to a node, a pod
@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from e2e.bench import percentile
+from e2e.bench.burst import percentile
 
 DEADLOCK_S = 30.0  # no job starts or ends this long while partial gangs hold GPUs: a deadlock
 # A gang whose members all bound within this of its first is bound by one decision: the GPUs its

@@ -1,0 +1,5 @@
+import sys
+
+from e2e.bench.burst import main
+
+sys.exit(main())
