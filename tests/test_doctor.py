@@ -317,7 +317,7 @@ def test_doctor_on_real_cluster(request):
     from click.testing import CliRunner
     from kubernetes import client, config
 
-    from tfop.tools.deploy.commands import doctor_cmd
+    from tfop.tools.doctor.command import doctor_cmd
 
     from tfop.kube.blocking import BlockingClient
     from tfop.kube.credentials import load_credentials

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 # (group, resource, subresource) an operator of TFJobs writes. Everything else
@@ -79,7 +79,7 @@ class Admin:
     """Admin (system:masters) asyncio client for the benchmark's own calls."""
 
     def __init__(self, kubeconfig: Path, connections: int = 128):
-        self.client = KubeClient(Credentials.load(str(kubeconfig)), max_connections=connections)
+        self.client = KubeClient(load_credentials(str(kubeconfig)), max_connections=connections)
 
     async def __aenter__(self) -> "Admin":
         await self.client.__aenter__()

@@ -42,7 +42,7 @@ from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, Oper
 from e2e.harness.upstream_operator import UpstreamProcess
 from tfop.core.settings import DEFAULT_MAX_PODS_PER_JOB
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 
 GANG_SCHEDULERS = {"none": ["default"], "volcano": ["default", "volcano"],
                    "scheduler-plugins": ["default", "coscheduling"]}
@@ -77,7 +77,7 @@ def gang_name(gang: str) -> str | None:
 
 
 def render_context(gang: str):
-    from tfop.tools.cli import _context
+    from tfop.tools.offline.commands import _context
 
     return _context(gang != "none", gang_name(gang) or "", None)
 
@@ -401,7 +401,7 @@ class SingleBench(Bench):
 
     async def raw_one_by_one(self, ns: str, clock: PodClock, jobs: list[dict], rendered: dict):
         kubeconfig = self.raw_kubeconfig()
-        async with KubeClient(Credentials.load(str(kubeconfig)), max_connections=self.args.connections) as raw:
+        async with KubeClient(load_credentials(str(kubeconfig)), max_connections=self.args.connections) as raw:
             # Its connections open before the first job, as the operator's and the admin client's have:
             # no TLS handshakes in the first job's time.
             await asyncio.gather(*(raw.list("v1", "pods", ns, limit=1) for _ in rendered[jobs[0]["metadata"]["name"]]))

@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable
 
 from tfop.api.constants import LABEL_JOB
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 
 
 async def submit_tfjobs(client: KubeClient, jobs: list[dict], limit: int = 128) -> dict[str, float]:
@@ -100,12 +100,12 @@ async def submit_raw_threaded(kubeconfig: Path, rendered: dict[str, list[dict]],
     which go on meanwhile on the caller's loop. Returns (sent times as submit_raw, CPU seconds)."""
     def work() -> tuple[dict[str, float], float]:
         async def go() -> tuple[dict[str, float], float]:
-            async with KubeClient(Credentials.load(str(kubeconfig)), max_connections=connections) as client:
+            async with KubeClient(load_credentials(str(kubeconfig)), max_connections=connections) as client:
                 cpu = time.thread_time()
                 if jobs is None:
                     sent = await submit_raw(client, rendered)
                 else:
-                    async with KubeClient(Credentials.load(str(submitter)), max_connections=connections) as sub:
+                    async with KubeClient(load_credentials(str(submitter)), max_connections=connections) as sub:
                         sent = await submit_raw_with_tfjobs(client, sub, rendered, jobs)
                 return sent, time.thread_time() - cpu
         return asyncio.run(go())

@@ -91,6 +91,38 @@ def measure(folder: Path) -> dict:
     return found
 
 
+# Kubeconfigs that cannot work, as users write them: what does the loader say of each?
+BROKEN = {
+    "not YAML": "clusters: [\n  - {",
+    "a missing context": {"current-context": "prod"},
+    "a missing cluster": {"contexts": [{"name": "dev", "context": {"cluster": "gone", "user": "u"}}]},
+    "no server": {"clusters": [{"name": "c", "cluster": {"insecure-skip-tls-verify": True}}]},
+    "a missing CA file": {"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1",
+                                                                 "certificate-authority": "pki/ca.crt"}}]},
+}
+
+
+def broken_kubeconfigs(folder: Path) -> dict:
+    """Per broken kubeconfig: the loader's error in one line, and whether it names the file."""
+    from kubernetes import client, config
+
+    found = {}
+    for case, change in BROKEN.items():
+        path = folder / f"broken-{case.replace(' ', '-')}"
+        good = {"apiVersion": "v1", "kind": "Config", "current-context": "dev",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "contexts": [{"name": "dev", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}]}
+        path.write_text(change if isinstance(change, str) else yaml.safe_dump({**good, **change}))
+        try:
+            config.load_kube_config(config_file=str(path), client_configuration=client.Configuration())
+            found[case] = "loaded without an error"
+        except Exception as err:  # noqa: BLE001 - what it raises is the finding
+            text = " ".join(str(err).split())
+            found[case] = f"{type(err).__name__}: {text[:160]} (names the file: {str(path) in text})"
+    return found
+
+
 def main() -> int:
     import kubernetes
 
@@ -101,6 +133,7 @@ def main() -> int:
         plugin.chmod(0o755)
         started = time.monotonic()
         found = measure(folder)
+        found["broken kubeconfigs"] = broken_kubeconfigs(folder)
         found["kubernetes"] = kubernetes.__version__
         found["date"] = datetime.date.today().isoformat()
         found["seconds"] = round(time.monotonic() - started, 1)

@@ -15,7 +15,7 @@ from e2e.tests.lifecycle_helpers import tfjob
 from e2e.harness.tfop_operator import deploy_manifests
 from tfop.core.settings import Settings
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 from tfop.runtime.controller import Controller
 from tfop.runtime.main import Operator
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.cluster
 async def stop_during_a_create(kubeconfig: str, namespace: str) -> tuple[list[str], list[str]]:
     """Reconcile until the first create is under way, stop then; (names whose create began, names
     whose create was answered)."""
-    async with KubeClient(Credentials.load(kubeconfig)) as client:
+    async with KubeClient(load_credentials(kubeconfig)) as client:
         settings = Settings(namespaces=(namespace,))
         operator = Operator(settings, client, Controller(settings, client, None), None)
         creating, began, answered, create = asyncio.Event(), [], [], client.create

@@ -20,7 +20,7 @@ from e2e.harness.tfop_operator import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, depl
 from tfop.api import conditions
 from tfop.core.plan import Event
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 from tfop.kube.events import SPAM_BURST, EventRecorder
 
 pytestmark = pytest.mark.cluster
@@ -40,7 +40,7 @@ async def direct(fn, *args, **kwargs):
 
 async def post_one_by_one(kubeconfig: str, posts: list[tuple[dict, Event]], between=None) -> int:
     """Each Event in its own post, as successive reconciles do; returns the requests the client sent."""
-    async with KubeClient(Credentials.load(kubeconfig)) as client:
+    async with KubeClient(load_credentials(kubeconfig)) as client:
         recorder = EventRecorder(client, direct)
         for second, (involved, event) in enumerate(posts):
             if between is not None:

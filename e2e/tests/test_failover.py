@@ -26,7 +26,7 @@ from e2e.tests.lifecycle_helpers import Env, active, phase, replica, tfjob
 from e2e.tests.audit_helpers import CREDENTIAL_ID, credential_id
 from e2e.tests.lifecycle_helpers import operator as make_operator
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 from tfop.kube.leader import LeaderElector
 from tfop.kube.lease import LEASE_API, LEASE_PLURAL, LeaseTiming
 from tfop.tools.deploy import rbac
@@ -347,7 +347,7 @@ def crash_operator(env: Env, credentials: list[str]):
 async def stop_during_a_renewal(kubeconfig: str, namespace: str) -> tuple[list, dict | None]:
     """Lead, then stop while a renewal reads the Lease; (what that read answered, the Lease after
     the release)."""
-    async with KubeClient(Credentials.load(kubeconfig)) as client:
+    async with KubeClient(load_credentials(kubeconfig)) as client:
         elector = LeaderElector(client, namespace, "stop-mid-renewal", "replica-a",
                                 LeaseTiming(lease_duration=6, renew_deadline=4, retry_period=0.2))
         electing = asyncio.create_task(elector.run())

@@ -23,7 +23,7 @@ import yaml
 
 from e2e import build
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 
 pytestmark = pytest.mark.cluster
 
@@ -96,7 +96,7 @@ def test_exec_plugin_tokens_are_fetched_again_before_they_expire_and_after_a_401
         return int((tmp_path / "runs").read_text()) if (tmp_path / "runs").exists() else 0
 
     async def scenario() -> list[str]:
-        async with KubeClient(Credentials.load(kubeconfig)) as client:
+        async with KubeClient(load_credentials(kubeconfig)) as client:
             assert runs() == 0  # loading runs nothing
             names = [await who(client)]
             # Run 1's token was refused; the request was sent again with run 2's.
@@ -168,7 +168,7 @@ def test_tls_server_name_is_the_name_the_certificate_is_checked_against(cluster,
     me = f"system:serviceaccount:{namespace}:{ACCOUNT}"
 
     async def ask(kubeconfig: str) -> str:
-        async with KubeClient(Credentials.load(kubeconfig)) as client:
+        async with KubeClient(load_credentials(kubeconfig)) as client:
             return await who(client)
 
     async def scenario() -> int:
@@ -231,7 +231,7 @@ def test_proxy_url_carries_every_request_and_watch(cluster, namespace, account, 
         async with proxy as proxy_port:
             kubeconfig = account_kubeconfig(account, tmp_path, "proxied",
                                             **{"proxy-url": f"http://tfop:s3cret@127.0.0.1:{proxy_port}"})
-            async with KubeClient(Credentials.load(kubeconfig)) as client:
+            async with KubeClient(load_credentials(kubeconfig)) as client:
                 listing = await client.list("v1", "configmaps", namespace)
                 assert len(proxy.tunnels) == 1
                 # A watch holds its connection: the requests beside it need a second tunnel.
@@ -244,7 +244,7 @@ def test_proxy_url_carries_every_request_and_watch(cluster, namespace, account, 
                 event = await asyncio.wait_for(watching, 10)
                 await watch.aclose()
         # The proxy is gone: a new client cannot reach the apiserver, it does not go around the proxy.
-        async with KubeClient(Credentials.load(kubeconfig)) as client:
+        async with KubeClient(load_credentials(kubeconfig)) as client:
             with pytest.raises(aiohttp.ClientProxyConnectionError):
                 await who(client)
         return proxy, event["object"]["metadata"]["name"]

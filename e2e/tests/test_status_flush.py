@@ -18,7 +18,7 @@ from e2e.harness.tfop_operator import deploy_manifests
 from tfop.runtime.controller import Controller
 from tfop.runtime.status_writer import TFJOB_API
 from tfop.kube.client import KubeClient
-from tfop.kube.credentials import Credentials
+from tfop.kube.credentials import load_credentials
 from tfop.core.settings import Settings
 
 pytestmark = pytest.mark.cluster
@@ -29,7 +29,7 @@ HELD = {"conditions": [{"type": "Created", "status": "True", "reason": "TFJobCre
 
 
 async def flush(kubeconfig: str, namespace: str, names: list[str]) -> int:
-    async with KubeClient(Credentials.load(kubeconfig)) as client:
+    async with KubeClient(load_credentials(kubeconfig)) as client:
         controller = Controller(Settings(namespaces=(namespace,)), client, None)
         for name in names:
             controller.job_event("ADDED", await client.get(TFJOB_API, "tfjobs", namespace, name))

@@ -1,4 +1,4 @@
-"""Deploy-side commands: `tfop manifests`, `tfop doctor`, `tfop gang enable|disable`.
+"""Deploy-side commands: `tfop manifests`, `tfop gang enable|disable`.
 
 tfop/tools/cli.py calls register(cli). Cluster commands load credentials as `tfop run` does
 (tfop.kube.credentials.load_credentials) and send every request through the same client
@@ -17,7 +17,7 @@ from tfop.tools.gang_flags import gang_options
 
 
 @contextlib.contextmanager
-def _cluster_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
+def cluster_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
     """A BlockingClient whose apiserver answered; every failure one line, never a traceback."""
     import aiohttp
 
@@ -46,19 +46,10 @@ def _cluster_client(kubeconfig: str | None, context: str | None) -> Iterator[Any
         api.close()
 
 
-def _kube_options(f):
+def kube_options(f):
     f = click.option("--context", default=None, help="kubeconfig context (default: current).")(f)
     return click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
                         help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")(f)
-
-
-def _sa(value: str | None) -> tuple[str, str] | None:
-    if value is None:
-        return None
-    ns, sep, name = value.partition(":")
-    if not sep or not ns or not name:
-        raise click.BadParameter("expected NAMESPACE:NAME")
-    return ns, name
 
 
 @click.command("manifests")
@@ -100,54 +91,19 @@ def manifests_cmd(enable_gang_scheduling, gang_scheduler_name, scheduler_name, n
     click.echo(dump(objs, output), nl=False)
 
 
-@click.command("doctor")
-@click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="Check with gang scheduling and this backend (`auto`: detected from the CRDs); "
-                   "default: whatever the running operator's args select.")
-@click.option("--scheduler-name", default=None, metavar="NAME",
-              help="schedulerName pods use, if not the backend's own.")
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
-              help="Namespace of the operator and its ServiceAccount.")
-@click.option("--service-account", default=DEFAULT_DEPLOYMENT, show_default=True)
-@click.option("--deployment", default=DEFAULT_DEPLOYMENT, show_default=True)
-@click.option("--scheduler-service-account", default=None, metavar="NS:NAME",
-              help="The scheduler's ServiceAccount, when it does not run as a findable pod.")
-@_kube_options
-def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, deployment,
-               scheduler_service_account, kubeconfig, context):
-    """Check CRDs, the operator's RBAC, the installed operator and the gang scheduler; exit 1 on any failure."""
-    from tfop.tools.doctor import checks as doctor
-    from tfop.tools.doctor.cluster import Cluster
-
-    with _cluster_client(kubeconfig, context) as api:
-        cluster = Cluster(api)
-        try:
-            target = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name, namespace, deployment)
-        except ValueError as err:
-            click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
-            raise SystemExit(1)
-        click.echo(f"checking: {target.why}")
-        if target.warning:
-            click.echo(f"WARNING: {target.warning}")
-        checks = doctor.run_checks(cluster, target.backend, namespace, service_account, target.scheduler_name,
-                                   _sa(scheduler_service_account), deployment=deployment)
-    click.echo(doctor.format_report(checks))
-    raise SystemExit(doctor.exit_code(checks))
-
-
 def _target_options(f):
     f = click.option("--cluster-role", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
     f = click.option("--deployment", default=DEFAULT_DEPLOYMENT, show_default=True)(f)
     f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True)(f)
     f = click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")(f)
-    return _kube_options(f)
+    return kube_options(f)
 
 
 def _toggle(enable, name, namespace, deployment, cluster_role, dry_run, kubeconfig, context):
     from tfop.tools.deploy.gang_toggle import Target, apply_gang
 
     target = Target(namespace=namespace, deployment=deployment, cluster_role=cluster_role)
-    with _cluster_client(kubeconfig, context) as api:
+    with cluster_client(kubeconfig, context) as api:
         try:
             lines = apply_gang(api, enable, name, target, dry_run=dry_run)
         except ValueError as err:
@@ -180,5 +136,5 @@ gang_disable = _gang_command(
 
 
 def register(group: click.Group) -> None:
-    for command in (manifests_cmd, doctor_cmd, gang_group):
+    for command in (manifests_cmd, gang_group):
         group.add_command(command)
