@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, NamedTuple
 
 import aiohttp
 
@@ -93,9 +93,11 @@ class NotLeading(Exception):
 
 class KubeClient:
     def __init__(self, credentials: Credentials, max_connections: int = 64, user_agent: str = "tfop",
-                 write_gate: Callable[[], bool] | None = None, watch_pace: float = 0.0):
+                 write_gate: Callable[[], bool] | None = None, watch_pace: float = 0.0,
+                 watch_tick: Callable[[float], Awaitable[float]] = sleep_to_tick):
         self.credentials = credentials
         self.watch_pace = watch_pace  # seconds between a watch's reads of its socket (let_gather); 0: as data comes
+        self.watch_tick = watch_tick  # how a paced watch waits for its next read (tests step their own clock)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._max_connections = max_connections
@@ -280,7 +282,7 @@ class KubeClient:
                     if line.strip():
                         yield codec.loads(line)
                 if self.watch_pace:
-                    await let_gather(response, self.watch_pace)
+                    await let_gather(response, self.watch_pace, self.watch_tick)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:
@@ -293,7 +295,8 @@ class KubeClient:
         return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})
 
 
-async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
+async def let_gather(response: aiohttp.ClientResponse, pace: float,
+                     tick: Callable[[float], Awaitable[float]] = sleep_to_tick) -> None:
     """Leave a response's socket unread until the next multiple of `pace` on the loop's clock
     (tfop.kube.ticks): what arrives meanwhile waits in the kernel and is read in one go, instead of
     waking the process once per event. Under TLS the socket itself is held too (a read buffer limit
@@ -307,7 +310,7 @@ async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
     if limits is not None:
         limits(high=0, low=0)
     try:
-        await sleep_to_tick(pace)
+        await tick(pace)
     finally:
         if not transport.is_closing():
             if limits is not None:
