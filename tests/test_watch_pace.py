@@ -26,7 +26,7 @@ GAP = 0.005  # seconds between the server's events: 40 of them over ~0.2 s
 
 
 class SteppedClock:
-    """The time a paced watch waits on (its `watch_tick`): it moves to the next tick when the watch waits
+    """The time a paced watch waits on (its `tick`): it moves to the next tick when the watch waits
     for one, and the watch reads again once the server has written every event due by that tick."""
 
     def __init__(self) -> None:
@@ -114,8 +114,8 @@ def watch_all(pace: float, tls_pair=None) -> tuple[list[str], int]:
 
         async with StreamingServer(before_event, clock.finish, server_tls) as url:
             credentials = Credentials(server=url, ssl_context=client_tls)
-            async with KubeClient(credentials, watch_pace=pace, watch_tick=clock.tick) as kube:
-                async for event in kube.watch("v1", "configmaps", "ns", "0"):
+            async with KubeClient(credentials, watch_pace=pace) as kube:
+                async for event in kube.watch("v1", "configmaps", "ns", "0", tick=clock.tick):
                     versions.append(event["object"]["metadata"]["resourceVersion"])
                     async with yielded:
                         yielded.notify_all()

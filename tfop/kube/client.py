@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, NamedTuple
+from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 
 import aiohttp
 
 from tfop.api import codec
 from tfop.kube.credentials import Credentials
-from tfop.kube.ticks import sleep_to_tick
+from tfop.kube.ticks import Tick, sleep_to_tick
 
 
 class ApiError(Exception):
@@ -93,11 +93,9 @@ class NotLeading(Exception):
 
 class KubeClient:
     def __init__(self, credentials: Credentials, max_connections: int = 64, user_agent: str = "tfop",
-                 write_gate: Callable[[], bool] | None = None, watch_pace: float = 0.0,
-                 watch_tick: Callable[[float], Awaitable[float]] = sleep_to_tick):
+                 write_gate: Callable[[], bool] | None = None, watch_pace: float = 0.0):
         self.credentials = credentials
         self.watch_pace = watch_pace  # seconds between a watch's reads of its socket (let_gather); 0: as data comes
-        self.watch_tick = watch_tick  # how a paced watch waits for its next read (tests step their own clock)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._max_connections = max_connections
@@ -250,7 +248,7 @@ class KubeClient:
 
     async def watch(self, api_version: str, plural: str, namespace: str | None, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 290,
-                    field_selector: str | None = None) -> AsyncIterator[dict]:
+                    field_selector: str | None = None, tick: Tick = sleep_to_tick) -> AsyncIterator[dict]:
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds)}
         if label_selector:
@@ -282,7 +280,7 @@ class KubeClient:
                     if line.strip():
                         yield codec.loads(line)
                 if self.watch_pace:
-                    await let_gather(response, self.watch_pace, self.watch_tick)
+                    await let_gather(response, self.watch_pace, tick)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:
@@ -295,8 +293,7 @@ class KubeClient:
         return await self.merge_patch("v1", "events", namespace, name, {"count": count, "lastTimestamp": now})
 
 
-async def let_gather(response: aiohttp.ClientResponse, pace: float,
-                     tick: Callable[[float], Awaitable[float]] = sleep_to_tick) -> None:
+async def let_gather(response: aiohttp.ClientResponse, pace: float, tick: Tick = sleep_to_tick) -> None:
     """Leave a response's socket unread until the next multiple of `pace` on the loop's clock
     (tfop.kube.ticks): what arrives meanwhile waits in the kernel and is read in one go, instead of
     waking the process once per event. Under TLS the socket itself is held too (a read buffer limit
@@ -310,7 +307,7 @@ async def let_gather(response: aiohttp.ClientResponse, pace: float,
     if limits is not None:
         limits(high=0, low=0)
     try:
-        await tick(pace)
+        await tick(pace)  # sleep_to_tick; a test steps its own clock
     finally:
         if not transport.is_closing():
             if limits is not None:
