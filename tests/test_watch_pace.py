@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, Coroutine, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 WAKE_LATENCY = 1e-9  # seconds a timer wakes after its deadline
