@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit build install host-packages clean
+.PHONY: demo test unit lint build install host-packages clean
 
 $(BIN)/tfop: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +22,18 @@ demo: host-packages
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.demo
 
+## The lint (ruff: pyproject.toml's rules, import order) and the type check (mypy) of tfop/.
+lint: install
+	$(BIN)/ruff check tfop
+	$(BIN)/mypy tfop
+
 ## Unit tests and real-cluster tests together.
-test: host-packages
+test: lint host-packages
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m pytest
 
 ## Only the pure tests (no cluster).
-unit: install
+unit: lint
 	$(BIN)/python -m pytest -m 'not cluster'
 
 build: install

@@ -1,16 +1,21 @@
 """Paced watches (KubeClient.watch_pace, tfop.kube.client.let_gather) and the loop's tick grid
 (tfop.kube.ticks) against a real socket, plain and TLS, on uvloop as the operator runs: every event
-arrives, in order, in a few reads."""
+arrives, in order, in a few reads.
+
+The server's events are spread over a clock the test steps, not the machine's: a busy machine slows
+both sides alike and changes neither what arrives between two ticks nor what arrives between two reads."""
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest
 import uvloop
 
 from e2e.harness import pki
+from tests import virtual_time
 from tfop.kube.client import KubeClient
 from tfop.kube.credentials import Credentials
 from tfop.kube.ticks import next_tick, on_grid
@@ -20,11 +25,44 @@ EVENTS = 40
 GAP = 0.005  # seconds between the server's events: 40 of them over ~0.2 s
 
 
-class StreamingServer:
-    """Answers every request with a watch stream: EVENTS events, one per chunk, GAP apart, then its end."""
+class SteppedClock:
+    """The time a paced watch waits on (its `tick`): it moves to the next tick when the watch waits
+    for one, and the watch reads again once the server has written every event due by that tick."""
 
-    def __init__(self, tls: ssl.SSLContext | None = None):
-        self.tls = tls
+    def __init__(self) -> None:
+        self.now = 0.0  # seconds
+        self.server_waits_for = 0.0  # the time of the server's next event
+        self.server_done = False
+        self.moved = asyncio.Condition()
+
+    async def until(self, when: float) -> None:
+        """The server's wait for its next event, due at `when`."""
+        async with self.moved:
+            self.server_waits_for = when
+            self.moved.notify_all()
+            await self.moved.wait_for(lambda: self.now >= when)
+
+    async def finish(self) -> None:
+        async with self.moved:
+            self.server_done = True
+            self.moved.notify_all()
+
+    async def tick(self, period: float) -> float:
+        due = next_tick(period, self.now)
+        async with self.moved:
+            self.now = due
+            self.moved.notify_all()
+            await self.moved.wait_for(lambda: self.server_done or self.server_waits_for > due)
+        return due
+
+
+class StreamingServer:
+    """Answers every request with a watch stream: EVENTS events, one per chunk, each after
+    `before_event(i)`, then its end, then says so (`ended`)."""
+
+    def __init__(self, before_event: Callable[[int], Awaitable[None]], ended: Callable[[], Awaitable[None]],
+                 tls: ssl.SSLContext | None = None):
+        self.before_event, self.ended, self.tls = before_event, ended, tls
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0, ssl=self.tls)
@@ -38,14 +76,15 @@ class StreamingServer:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
         for i in range(EVENTS):
+            await self.before_event(i)
             obj = {"kind": "ConfigMap", "metadata": {"name": "m", "resourceVersion": str(i + 1)}}
             line = orjson.dumps({"type": "MODIFIED", "object": obj}) + b"\n"
             writer.write(b"%x\r\n%s\r\n" % (len(line), line))
             await writer.drain()
-            await asyncio.sleep(GAP)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         writer.close()
+        await self.ended()
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +99,26 @@ def tls(tmp_path_factory):
 
 
 def watch_all(pace: float, tls_pair=None) -> tuple[list[str], int]:
-    """(the versions the watch yielded, the reads it took)."""
+    """(the versions the watch yielded, the reads it took). Paced, the server writes event i at i * GAP on
+    the watch's clock; not paced, once the watch has yielded the event before (GAP is time enough for that)."""
     async def scenario():
         server_tls, client_tls = tls_pair or (None, False)
-        async with StreamingServer(server_tls) as url:
-            async with KubeClient(Credentials(server=url, ssl_context=client_tls), watch_pace=pace) as kube:
-                versions = [event["object"]["metadata"]["resourceVersion"]
-                            async for event in kube.watch("v1", "configmaps", "ns", "0")]
+        clock, versions, yielded = SteppedClock(), [], asyncio.Condition()
+
+        async def before_event(i: int) -> None:
+            if pace:
+                await clock.until(i * GAP)
+            else:
+                async with yielded:
+                    await yielded.wait_for(lambda: len(versions) >= i)
+
+        async with StreamingServer(before_event, clock.finish, server_tls) as url:
+            credentials = Credentials(server=url, ssl_context=client_tls)
+            async with KubeClient(credentials, watch_pace=pace) as kube:
+                async for event in kube.watch("v1", "configmaps", "ns", "0", tick=clock.tick):
+                    versions.append(event["object"]["metadata"]["resourceVersion"])
+                    async with yielded:
+                        yielded.notify_all()
                 return versions, kube.watch_received["configmaps"][2]
     return uvloop.run(scenario())
 
@@ -117,6 +169,6 @@ def test_a_delayed_add_on_a_grid_fires_on_a_grid_point_never_early():
         await asyncio.wait_for(fired.wait(), 1)
         runner.cancel()
         return asked, fired_at[0]
-    asked, at = asyncio.run(scenario())
+    asked, at = virtual_time.run(scenario())
     assert at >= asked
     assert at - on_grid(0.05, asked) < 0.02  # on the point the deadline was put on, not a period later

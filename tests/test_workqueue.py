@@ -1,7 +1,9 @@
-"""The work queue on a real event loop: a failing pass backs off even when it re-adds its own job,
-and a job failing for ever never overflows the backoff."""
+"""The work queue on an event loop: a failing pass backs off even when it re-adds its own job,
+and a job failing for ever never overflows the backoff. The loops run on a clock of their own
+(tests.virtual_time), so a machine busy with other work delays none of the timings they compare."""
 import asyncio
 
+from tests import virtual_time
 from tfop.kube.workqueue import WorkQueue
 
 
@@ -21,7 +23,7 @@ def test_a_failing_pass_that_re_adds_its_job_waits_out_its_backoff():
         await asyncio.sleep(0.5)  # the first backoff is 1 s
         runner.cancel()
 
-    asyncio.run(main())
+    virtual_time.run(main())
     assert calls == [("ml", "job")]
 
 
@@ -39,7 +41,7 @@ def test_a_pass_that_succeeds_runs_again_when_its_job_changed_meanwhile():
         await asyncio.sleep(0.1)
         runner.cancel()
 
-    asyncio.run(main())
+    virtual_time.run(main())
     assert calls == ["job", "job"]
 
 
@@ -57,7 +59,7 @@ def test_backoff_never_overflows():
         timer = queue._timers["job"]
         return timer.when() - asyncio.get_running_loop().time(), runner
 
-    delay, runner = asyncio.run(main())
+    delay, runner = virtual_time.run(main())
     assert 59 < delay <= 60
 
 
@@ -79,7 +81,7 @@ def test_a_burst_of_child_events_is_one_pass_and_a_queued_job_is_not_delayed():
         await asyncio.sleep(0.5)
         runner.cancel()
 
-    asyncio.run(main())
+    virtual_time.run(main())
     assert [key for key, _ in calls] == ["now", "burst"]
     assert calls[1][1] >= 0.2  # from the first event of the burst
 
@@ -104,7 +106,7 @@ def test_a_drain_lets_the_pass_under_way_end_and_starts_no_other():
         runner.cancel()
         return drained
 
-    assert asyncio.run(main()) is True
+    assert virtual_time.run(main()) is True
     assert started == ended == ["first"]
 
 
@@ -122,7 +124,7 @@ def test_a_drain_gives_up_after_its_timeout():
         runner.cancel()
         return drained, took
 
-    drained, took = asyncio.run(main())
+    drained, took = virtual_time.run(main())
     assert drained is False and 0.2 <= took < 1.0
 
 
@@ -131,4 +133,4 @@ def test_a_drain_with_nothing_running_returns_at_once():
         queue = WorkQueue(lambda key: asyncio.sleep(0), workers=1)
         return await asyncio.wait_for(queue.drain(timeout=5.0), 0.5)
 
-    assert asyncio.run(main()) is True
+    assert virtual_time.run(main()) is True

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED = (
@@ -35,7 +35,7 @@ def capped(message: str, limit: int) -> str:
 
 
 def timestamp(now: datetime) -> str:
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def timestamp_ceil(now: datetime) -> str:
@@ -56,7 +56,8 @@ def parse_time(value: str | None) -> datetime | None:
     match = _STAMP.fullmatch(value)
     if match is None:
         raise ValueError(f"{value!r} is not a time like 2006-01-02T15:04:05Z")
-    return datetime(*map(int, match.groups()), tzinfo=timezone.utc)  # ValueError for a 13th month
+    year, month, day, hour, minute, second = map(int, match.groups())
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)  # ValueError for a 13th month
 
 
 def find(conditions: list[dict], ctype: str) -> dict | None:
@@ -68,14 +69,15 @@ def find(conditions: list[dict], ctype: str) -> dict | None:
 
 def is_true(conditions: list[dict], ctype: str) -> bool:
     condition = find(conditions, ctype)
-    return bool(condition) and condition.get("status") == "True"
+    return condition is not None and condition.get("status") == "True"
 
 
 def is_finished(conditions: list[dict]) -> bool:
     return is_true(conditions, SUCCEEDED) or is_true(conditions, FAILED)
 
 
-def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str, message: str, now: datetime) -> list[dict]:
+def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str, message: str,
+                  now: datetime) -> list[dict]:
     """A new list with the condition set; unchanged (same object values) when nothing differs.
 
     Running and Restarting replace each other; a finished job's Running and Restarting turn False.

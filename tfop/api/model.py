@@ -5,8 +5,9 @@ gang backends, render) reads only this model, never the raw dict.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.constants import (
     CHIEF_TYPES,

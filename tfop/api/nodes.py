@@ -11,9 +11,10 @@ while it deems the zone disrupted): the gang made anew on it then is not lost ag
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api import conditions
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api import rules, wellformed
 from tfop.api.constants import (
@@ -210,7 +211,8 @@ def _restart_policy(rtype, field, rspec, template, notes, problems) -> str:
                      f"the replica's restartPolicy {policy}")
     policy = policy or "Never"
     if policy not in RESTART_POLICIES:
-        problems.append(Problem(f"{field}.restartPolicy", f"{policy!r} is unknown: use one of {', '.join(RESTART_POLICIES)}"))
+        problems.append(Problem(f"{field}.restartPolicy",
+                                f"{policy!r} is unknown: use one of {', '.join(RESTART_POLICIES)}"))
         policy = "Never"
     return policy
 
@@ -253,7 +255,7 @@ def _run_policy(spec, version, notes, problems) -> RunPolicy:
                                 f"{clean!r} is unknown: use None, Running or All"))
         clean = "None"
     values["clean_pod_policy"] = clean
-    for key, attr in RUN_POLICY_FIELDS.items():
+    for attr in RUN_POLICY_FIELDS.values():
         value = values.get(attr)
         if attr != "clean_pod_policy" and value is not None and not is_whole_number(value):
             problems.append(Problem(where[attr], f"{value!r} is not a whole number >= 0"))

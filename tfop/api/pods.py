@@ -1,7 +1,8 @@
 """Read what the kubelet (or kwok) reports about a pod."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api.constants import DEFAULT_CONTAINER
 

@@ -9,8 +9,9 @@ normalize applies the predicates to its case-folded view of the replica types
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tfop.api.constants import CHIEF_TYPES, REPLICA_TYPES
 from tfop.api.validation import Problem

@@ -3,8 +3,9 @@ and the checks more than one of them makes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.quantity import parse_quantity
 

@@ -9,8 +9,9 @@ well-formed job comes back as the same object, untouched.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.conditions import parse_time
 from tfop.api.validation import Problem, shown

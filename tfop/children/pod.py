@@ -3,8 +3,8 @@ the tfjob-port and TF_CONFIG."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from tfop.api.constants import DEFAULT_CONTAINER, DEFAULT_PORT, DEFAULT_PORT_NAME
 from tfop.api.model import ReplicaSpec, TFJob, pod_name

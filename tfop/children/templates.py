@@ -4,8 +4,8 @@ from __future__ import annotations
 import jinja2
 import yaml
 
-from tfop.children.resources import resource_path
 from tfop.api import codec
+from tfop.children.resources import resource_path
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -63,13 +63,14 @@ class ClusterConfig:
     def _sparse(self, rtype: str, index: int) -> str:
         """Upstream's sparse form (Go's field order: worker, then ps): a worker sees itself and every
         PS, a PS only itself, any other type neither."""
+        if rtype not in ("Worker", "PS"):
+            return '{"worker":{},"ps":[]}'
+        spec = self.job.replica(rtype)
+        assert spec is not None  # the pod is one of the job's replicas
+        address = host(self.job, rtype, index, spec.port(), self.cluster_domain)
         if rtype == "Worker":
-            address = host(self.job, "Worker", index, self.job.replica("Worker").port(), self.cluster_domain)
             return f'{{"worker":{{{_json(str(index))}:{_json(address)}}},"ps":{self._cluster}}}'
-        if rtype == "PS":
-            address = host(self.job, "PS", index, self.job.replica("PS").port(), self.cluster_domain)
-            return f'{{"worker":{{}},"ps":[{_json(address)}]}}'
-        return '{"worker":{},"ps":[]}'
+        return f'{{"worker":{{}},"ps":[{_json(address)}]}}'
 
 
 def tf_config(job: TFJob, rtype: str, index: int, cluster_domain: str = "") -> str | None:

@@ -7,8 +7,9 @@ nvidia.com/gpu in flavor default-flavor, 4 more needed"); tfop says it the way a
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api import conditions
 from tfop.api.model import TFJob

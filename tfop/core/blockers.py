@@ -15,7 +15,14 @@ from tfop.api.conditions import BLOCKED, find
 from tfop.api.quantity import format_quantity, parse_quantity
 from tfop.core.draft import Draft
 from tfop.core.outcomes import (
-    FORBIDDEN, NAME_TAKEN, NAMED, NAMESPACE_TERMINATING, QUOTA, WEBHOOK_DENIED, FailedWrite, blocking,
+    FORBIDDEN,
+    NAME_TAKEN,
+    NAMED,
+    NAMESPACE_TERMINATING,
+    QUOTA,
+    WEBHOOK_DENIED,
+    FailedWrite,
+    blocking,
     forbidden_message,
 )
 from tfop.core.ownership import describe_holder, earlier_incarnation
@@ -68,8 +75,8 @@ def _foreign_holders(view: JobView) -> list[tuple[str, str]]:
     for (kind, name), obj in sorted(view.foreign.items()):
         if kind in ("Pod", "Service") and name not in needed or earlier_incarnation(view.job, obj):
             continue  # not a name the job needs, or the garbage collector is removing it
-        out.append((NAME_TAKEN, f"{describe_holder(obj)}, not to this job, which needs the name: "
-                                f"delete that {kind.lower()} or rename the TFJob"))
+        out.append((NAME_TAKEN, (f"{describe_holder(obj)}, not to this job, which needs the name: "
+                                 f"delete that {kind.lower()} or rename the TFJob")))
     return out
 
 

@@ -1,9 +1,10 @@
 """The inputs of a pass besides the job: what was observed, and the operator's fixed context."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from tfop.children.templates import Templates
 from tfop.core.outcomes import FailedWrite

@@ -8,7 +8,8 @@ batch/v1 Job's podFailurePolicy with action Ignore does, up to --max-disruptions
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api import pods
 from tfop.api.conditions import REASON, RESTARTING, RUNNING
@@ -154,7 +155,8 @@ def _restart_pods(draft: Draft, ctx: Context, restartable: list[Pod], disrupted:
         draft.condition(RESTARTING, True, REASON[RESTARTING], message)
     if wanted:
         count = _count_disruption(draft, wanted)
-        message = (f"TFJob {view.id} restarts {_disrupted_text(disrupted, disrupted_away, view.obs.disrupted)}: disruption {count} of at "
+        which = _disrupted_text(disrupted, disrupted_away, view.obs.disrupted)
+        message = (f"TFJob {view.id} restarts {which}: disruption {count} of at "
                    f"most {ctx.settings.max_disruptions_per_job}, not counted against backoffLimit.")
         draft.event("Warning", DISRUPTED, message)
         if not (restartable or failed_away):

@@ -2,11 +2,17 @@
 the scheduler."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api import conditions, pods
-from tfop.api.conditions import (GANG_GROUP_REFUSED, GANG_NOT_ADMITTED, GANG_PENDING, GANG_UNSCHEDULABLE,
-                                 STARTING_GANG_REASONS)
+from tfop.api.conditions import (
+    GANG_GROUP_REFUSED,
+    GANG_NOT_ADMITTED,
+    GANG_PENDING,
+    GANG_UNSCHEDULABLE,
+    STARTING_GANG_REASONS,
+)
 from tfop.api.constants import ANNOTATION_GANG_RETRY, ANNOTATION_ON_SCHEDULE_TIMEOUT
 from tfop.core import pending
 from tfop.core.context import Context
@@ -47,7 +53,7 @@ def gang_step(draft: Draft, ctx: Context) -> tuple[GangShape | None, GangState] 
     # pass after its create settles on it (tests/core_fixtures.assert_settles): its answer starts none.
     state = backend.state(view.group or draft.plan.create_group, list(view.all_pods))
     if state.spent:
-        draft.delete_group(backend.group_resource.plural)  # created anew once gone, before the pods
+        draft.delete_group(backend.group_plural())  # created anew once gone, before the pods
     if not _record_wait(draft, backend, shape, state):
         return None
     return shape, state
@@ -64,7 +70,7 @@ def _ensure_group(draft: Draft, backend: GangBackend, shape: GangShape) -> None:
         return
     change = backend.group_changes(observed, desired)
     if change:
-        draft.plan.patch.append((Ref.of(observed, backend.group_resource.plural), change))
+        draft.plan.patch.append((Ref.of(observed, backend.group_plural()), change))
 
 
 def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: GangState) -> tuple[dict, bool]:
@@ -85,10 +91,11 @@ def wait_status(draft: Draft, backend: GangBackend, shape: GangShape, state: Gan
     previous = draft.status.get("gang") or {}
     since = previous.get("since") or conditions.timestamp_ceil(view.now)
     waited = view.elapsed_since(since)
-    unadmitted = view.group is not None and not state.admitted and bool(state.phase) and waited is not None
-    if unadmitted and waited < ADMISSION_GRACE_SECONDS:
-        draft.plan.requeue(ADMISSION_GRACE_SECONDS - waited)  # then say whether the scheduler holds it back
-    long_unadmitted = unadmitted and waited >= ADMISSION_GRACE_SECONDS
+    # seconds the scheduler has left the group it knows of unadmitted; None when it has not
+    unadmitted_for = waited if view.group is not None and not state.admitted and state.phase else None
+    if unadmitted_for is not None and unadmitted_for < ADMISSION_GRACE_SECONDS:
+        draft.plan.requeue(ADMISSION_GRACE_SECONDS - unadmitted_for)  # then say whether the scheduler holds it back
+    long_unadmitted = unadmitted_for is not None and unadmitted_for >= ADMISSION_GRACE_SECONDS
     waiting = pending.explain_gang(view.job, shape, view.members, backend.name, view.obs.capacity, view.obs.queues,
                                    view.obs.priority_values, long_unadmitted=long_unadmitted,
                                    awaited=_awaited(view, shape) if backend.waits_for_every_member else None)
@@ -189,5 +196,5 @@ def _touch_group(draft: Draft, backend: GangBackend, since: str, fits: bool) -> 
         draft.plan.requeue(due - waited)
         return
     stamp = {"metadata": {"annotations": {ANNOTATION_GANG_RETRY: conditions.timestamp(draft.view.now)}}}
-    draft.plan.patch.append((Ref.of(group, backend.group_resource.plural), stamp))
+    draft.plan.patch.append((Ref.of(group, backend.group_plural()), stamp))
     draft.plan.requeue(every)

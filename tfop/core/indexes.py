@@ -8,7 +8,7 @@ time: at most one entry per replica the spec asks for.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def format_indexes(indices: Iterable[int]) -> str:

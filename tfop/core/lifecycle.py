@@ -1,7 +1,7 @@
 """A job's life: created, invalid, suspended and resumed, past its deadline, succeeded, finished."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfop.api import conditions, pods
 from tfop.api.conditions import CREATED, REASON, RUNNING, SUCCEEDED, SUSPENDED

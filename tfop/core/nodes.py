@@ -10,9 +10,10 @@ tfop ending it after a stated time.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tfop.api import conditions, pods
 from tfop.api.nodes import OUT_OF_SERVICE, NodeLoss, node_loss, not_ready_ends, pod_says_lost
@@ -55,7 +56,7 @@ def lost_pods(all_pods: Iterable[Pod], nodes: Mapping[str, Mapping[str, Any] | N
     return tuple(out)
 
 
-def active_on_lost_nodes(draft: "Draft") -> list[LostPod]:
+def active_on_lost_nodes(draft: Draft) -> list[LostPod]:
     """Members still running (or starting) on a lost node: not deleted by anyone yet."""
     return [lp for lp in draft.view.lost if not pods.terminating(lp.pod) and lp.name not in draft.deleting]
 
@@ -69,7 +70,7 @@ def lost_sentence(view, lost: list[LostPod]) -> str:
     return f"TFJob {view.id} lost {_names(here)} on node {first.node or '(unknown)'} ({first.loss.why}){more}"
 
 
-def say_node_loss(draft: "Draft", ctx: Context) -> None:
+def say_node_loss(draft: Draft, ctx: Context) -> None:
     """status.nodeLoss and, once per new lost node, a Warning Event; the force-delete opt-in; a pass
     again when a NotReady node's grace ends."""
     view = draft.view
@@ -98,7 +99,7 @@ def _left_to_kubernetes(view, lost: list[LostPod]) -> str:
             f"NoExecute taint (300 s by default), and tfop then creates it again.")
 
 
-def _waiting(draft: "Draft", ctx: Context, stuck: list[LostPod]) -> str:
+def _waiting(draft: Draft, ctx: Context, stuck: list[LostPod]) -> str:
     view = draft.view
     first = stuck[0]
     node, names = first.node, [lp.name for lp in stuck if lp.node == first.node]
@@ -125,14 +126,14 @@ def _waiting(draft: "Draft", ctx: Context, stuck: list[LostPod]) -> str:
     return head + release + force + opt_in + more
 
 
-def _stuck_since(draft: "Draft", lp: LostPod):
+def _stuck_since(draft: Draft, lp: LostPod):
     """From when a stuck pod's wait is measured: the later of its deletion and its node's loss."""
     view = draft.view
     deleted = conditions.parse_time(lp.pod["metadata"].get("deletionTimestamp")) or view.now
     return max(deleted, lp.loss.since or deleted)
 
 
-def _force_delete(draft: "Draft", ctx: Context, stuck: list[LostPod]) -> None:
+def _force_delete(draft: Draft, ctx: Context, stuck: list[LostPod]) -> None:
     after = ctx.settings.force_delete_lost_pods_after
     if after <= 0:
         return
@@ -149,7 +150,7 @@ def _force_delete(draft: "Draft", ctx: Context, stuck: list[LostPod]) -> None:
                     f"off, its containers may still run beside the new pod.")
 
 
-def _look_again_when_not_ready_counts(draft: "Draft") -> None:
+def _look_again_when_not_ready_counts(draft: Draft) -> None:
     view = draft.view
     nodes = view.obs.nodes
     if not nodes:

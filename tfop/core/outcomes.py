@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Mapping, Sequence
 
 from tfop.api import conditions
 from tfop.api.conditions import FAILED, GANG_GROUP_REFUSED, REASON
@@ -170,6 +170,7 @@ def _replica_type(obj: Mapping | None) -> str:
 def _group_refused(job: TFJob, plan: Plan, failure: FailedWrite) -> Plan:
     """No pods without their group: the job says why, and the group is tried again later."""
     group = plan.create_group
+    assert group is not None  # the failure is its create's
     message = (f"the apiserver refused {group['kind']} {group['metadata']['name']}: {failure.message}; fix the job "
                f"(e.g. runPolicy.schedulingPolicy.queue) or the cluster; tfop tries again every "
                f"{GROUP_RETRY_SECONDS:.0f} s")

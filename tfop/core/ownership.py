@@ -12,8 +12,9 @@ and says whose it is.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from tfop.api import conditions
 from tfop.api.constants import KIND
@@ -38,7 +39,10 @@ def controller_of(obj: Obj) -> Mapping[str, Any] | None:
 
 
 def claim(job: TFJob, objects: Iterable[Obj]) -> Claim:
-    ours, adopt, stale, foreign = [], [], [], []
+    ours: list[Obj] = []
+    adopt: list[Obj] = []
+    stale: list[Obj] = []
+    foreign: list[Obj] = []
     created = conditions.parse_time(job.creation_timestamp) if job.creation_timestamp else None
     for obj in objects:
         owner = controller_of(obj)

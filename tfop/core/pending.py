@@ -11,9 +11,10 @@ numbers in the sentence (how many GPUs are free) change with every other job, th
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from tfop.api import conditions, pods
 from tfop.api.constants import LABEL_TYPE

@@ -1,8 +1,9 @@
 """What one reconcile decided: the objects to create, delete and patch, the new status, the Events."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.constants import LABEL_TYPE
 
@@ -19,7 +20,7 @@ class Ref:
     name: str
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any], plural: str) -> "Ref":
+    def of(cls, obj: Mapping[str, Any], plural: str) -> Ref:
         meta = obj["metadata"]
         return cls(obj["apiVersion"], obj["kind"], plural, meta["namespace"], meta["name"])
 
@@ -46,7 +47,8 @@ def create_batches(objects: list[dict], first_rest: int = 16, together: bool = F
             yield objects
         return
     seen: set[tuple] = set()
-    probe, rest = [], []
+    probe: list[dict] = []
+    rest: list[dict] = []
     for obj in objects:
         key = (obj.get("kind"), (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TYPE))
         (rest if key in seen else probe).append(obj)

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
 
 from tfop.api.quantity import parse_quantity
 from tfop.core.pending import QUEUE_NOT_FOUND, QUOTA_EXCEEDED, Waiting, quantity

@@ -7,8 +7,8 @@ to the Draft.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from tfop.api.model import TFJob
 from tfop.api.validation import Problem

@@ -1,7 +1,7 @@
 """The job's pods and services: create what is missing, remove what the spec no longer asks for."""
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from tfop.api import pods
 from tfop.api.constants import ANNOTATION_GANG_GENERATION
@@ -39,7 +39,8 @@ def plural_of(obj, ctx: Context) -> str:
     kind = obj["kind"]
     if kind in PLURALS:
         return PLURALS[kind]
-    return ctx.backend.group_resource.plural
+    assert ctx.backend is not None  # only a backend's objects have no plural in PLURALS
+    return ctx.backend.group_plural()
 
 
 def name_taken(draft: Draft, kind: str, name: str) -> bool:
@@ -102,6 +103,7 @@ def _pod_options(draft: Draft, ctx: Context, replica: ReplicaSpec, index: int, s
                           cluster_config=cluster)
     # Which incarnation of the gang a pod belongs to, for people reading pods after a gang restart.
     generation = {ANNOTATION_GANG_GENERATION: str(gang_generation(draft.status))}
+    assert shape is not None  # a backend's job has a gang shape
     markings = backend.pod_markings(draft.view.job, replica, index, shape)
     return PodOptions(scheduler_name=settings.scheduler_name or backend.scheduler_name,
                       cluster_domain=settings.cluster_domain, extra_annotations=generation, cluster_config=cluster,

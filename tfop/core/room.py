@@ -9,12 +9,13 @@ Quantities are integer thousandths of their unit (ints add fast; Fractions would
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from functools import cached_property
 from math import ceil, floor
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 # Taint effects that keep a pod off a node it does not tolerate (PreferNoSchedule only discourages).
 KEEPING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -95,7 +96,8 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
 
 
 def _matches(labels: Mapping[str, str], requirement: Mapping[str, Any]) -> bool:
-    key, op, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
+    key: str = requirement.get("key") or ""  # no label has an empty key
+    op, values = requirement.get("operator"), requirement.get("values") or []
     if op == "In":
         return labels.get(key) in values
     if op == "NotIn":

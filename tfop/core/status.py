@@ -5,8 +5,8 @@ from tfop.api import conditions
 from tfop.api.model import pod_name
 from tfop.children.labels import replica_selector
 from tfop.core.draft import Draft
-from tfop.core.pending import with_headline
 from tfop.core.indexes import format_indexes
+from tfop.core.pending import with_headline
 from tfop.core.summary import summary_event
 from tfop.core.view import SUCCEEDED_INDEXES, JobView
 

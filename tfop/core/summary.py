@@ -1,7 +1,7 @@
 """The one Normal Event a pass posts about its writes: "created ...; deleted ..." (as upstream's reasons)."""
 from __future__ import annotations
 
-from typing import Collection
+from collections.abc import Collection
 
 from tfop.core.plan import Event, Plan
 

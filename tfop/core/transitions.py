@@ -5,9 +5,10 @@ counts nothing twice, and a pass that writes nothing new counts nothing.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api import conditions
 from tfop.api.conditions import CREATED, FAILED, SUCCEEDED
@@ -33,7 +34,7 @@ def _parse(stamp: Any) -> datetime | None:
     if not isinstance(stamp, str):
         return None
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return datetime.fromisoformat(stamp)  # reads a trailing Z as UTC since Python 3.11
     except ValueError:
         return None
 

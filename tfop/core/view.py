@@ -1,9 +1,10 @@
 """What one pass knows about a job, computed once and read by every phase."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api import conditions, pods
 from tfop.api.constants import LABEL_INDEX, LABEL_TYPE
@@ -43,7 +44,7 @@ class JobView:
     lost: tuple[LostPod, ...] = ()  # unfinished pods on nodes Kubernetes says are gone (tfop/core/nodes.py)
 
     @classmethod
-    def of(cls, job: TFJob, obs: Observed, now: datetime) -> "JobView":
+    def of(cls, job: TFJob, obs: Observed, now: datetime) -> JobView:
         claimed = [claim(job, objects) for objects in (obs.pods, obs.services, [obs.group] if obs.group else [])]
         own_pods, own_services, own_group = (c.ours for c in claimed)
         by_name = {pods.name(p): p for p in own_pods}

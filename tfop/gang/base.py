@@ -8,8 +8,9 @@ operator does all API calls; backends never talk to Kubernetes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from tfop.api.model import ReplicaSpec, TFJob
 
@@ -106,6 +107,12 @@ class GangBackend(ABC):
 
     def __init__(self, scheduler_name: str | None = None):
         self.scheduler_name = scheduler_name or self.default_scheduler_name
+
+    def group_plural(self) -> str:
+        """The plural of this backend's group objects: asked only where a group object exists."""
+        if self.group_resource is None:
+            raise TypeError(f"the {self.name} backend has no group objects")
+        return self.group_resource.plural
 
     def group_object(self, job: TFJob, shape: GangShape) -> dict | None:
         """The group object to create (name = shape.group_name, owned by the job), or None."""

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api.conditions import GANG_UNSCHEDULABLE
 from tfop.api.constants import LABEL_JOB, LABEL_OPERATOR, LAST_APPLIED, OPERATOR_NAME

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any
 
 from tfop.gang.base import GangBackend
 
@@ -45,7 +46,7 @@ AUTO_ORDER = ("volcano", "scheduler-plugins", "kube-batch", "koordinator")
 # What `auto` reads: the installed CRD names, plus each built-in group API that discovery lists
 # (served_key), or a callable giving them (called only for `auto`, so other names never need the
 # right to list CRDs); None where there is no cluster.
-InstalledCrds = Union[Iterable[str], Callable[[], Iterable[str]], None]
+InstalledCrds = Iterable[str] | Callable[[], Iterable[str]] | None
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
@@ -108,7 +109,8 @@ def detect_backend(installed: set[str]) -> tuple[str, str]:
     """(name, why) of the preferred backend whose CRDs are all installed, else of one whose built-in
     API is served (`installed` holds both: CRD names and served_key names)."""
     others = sorted(n for n in backend_names() if n not in AUTO_ORDER)
-    looked_for, built_in = [], []
+    looked_for: list[str] = []
+    built_in: list[tuple[str, str]] = []
     for name in (*AUTO_ORDER, *others):
         try:
             cls = backend_class(name)
@@ -125,7 +127,8 @@ def detect_backend(installed: set[str]) -> tuple[str, str]:
     for name, key in built_in:
         looked_for.append(key)
         if key in installed:
-            return name, f"--gang-scheduler-name=auto: no batch scheduler's CRDs, and the apiserver serves {key}, so {name}"
+            return name, (f"--gang-scheduler-name=auto: no batch scheduler's CRDs, and the apiserver serves {key}, "
+                          f"so {name}")
     raise ValueError("--gang-scheduler-name=auto: no gang scheduler's CRDs are installed, nor is a built-in "
                      f"gang API served; looked for {', '.join(looked_for)}")
 

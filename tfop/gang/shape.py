@@ -6,8 +6,9 @@ PriorityClass lookup that never succeeds, so its minResources order is random).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.constants import REPLICA_TYPES
 from tfop.api.model import ReplicaSpec, TFJob

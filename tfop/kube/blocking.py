@@ -6,7 +6,8 @@ same credentials and the same aiohttp session as `tfop run`: one HTTP stack for 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Self, TypeVar
 
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient, check_answers, collection_path
 from tfop.kube.credentials import Credentials
@@ -24,7 +25,7 @@ class BlockingClient:
         self.client = KubeClient(credentials, max_connections=COMMAND_CONNECTIONS, user_agent=user_agent)
         self._loop = asyncio.new_event_loop()
 
-    def __enter__(self) -> "BlockingClient":
+    def __enter__(self) -> Self:
         try:
             self.run(self.client.__aenter__())
             self.run(check_answers(self.client))
@@ -73,7 +74,7 @@ class BlockingClient:
         return self.run(self.client.create(obj, plural))
 
     def json_patch(self, api_version: str, plural: str, namespace: str | None, name: str,
-                   patch: list[dict], field_manager: str) -> dict:
+                   patch: Sequence[Mapping[str, Any]], field_manager: str) -> dict:
         """An RFC 6902 patch; its `test` operations make a concurrent edit fail with ApiError 422."""
         path = f"{collection_path(api_version, plural, namespace)}/{name}"
         return self.run(self.client.request("PATCH", path, patch, params={"fieldManager": field_manager},

@@ -7,16 +7,16 @@ credentials name.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, NamedTuple, Self
 
 import aiohttp
 
 from tfop.api import codec
 from tfop.kube.credentials import Credentials, one_line
 from tfop.kube.kubeconfig import ServerUnreachable, StartupError
-from tfop.kube.ticks import sleep_to_tick
+from tfop.kube.ticks import Tick, sleep_to_tick
 
 
 class ApiError(Exception):
@@ -101,19 +101,17 @@ class KubeClient:
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._max_connections = max_connections
         self.user_agent = user_agent  # names the replica in the apiserver's audit log
-        # Asked before every write but the Lease's own: with leader election, only a leader writes.
-        self.write_gate = write_gate
+        self.write_gate = write_gate  # asked before every write but the Lease's own: only a leader writes
         self.on_response: Callable[[str, str, int], None] | None = None  # (method, path, code): metrics
         self.requests = 0  # issued, for the operator's own log line; the benchmark reads the apiserver's
         # plural -> [events, bytes, reads] received by watches, counted a read at a time (metrics read it)
         self.watch_received: dict[str, list[int]] = {}
 
-    async def __aenter__(self) -> "KubeClient":
+    async def __aenter__(self) -> Self:
         connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self.credentials.ssl_context)
-        self._session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            json_serialize=lambda o: codec.dumps(o).decode(),
-        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                              json_serialize=lambda o: codec.dumps(o).decode())
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -165,10 +163,11 @@ class KubeClient:
             return payload
 
     async def _send(self, method: str, path: str, data: bytes | None, params, content_type: str | None,
-                    timeout: float) -> "Response":
+                    timeout: float) -> Response:
         limit = self._timeouts.get(timeout)
         if limit is None:
             limit = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
+        assert self._session is not None, "KubeClient is used as `async with KubeClient(...)`"
         async with self._session.request(
             method, self.credentials.server + path, data=data, params=params, headers=self._headers(content_type),
             timeout=limit, **self.credentials.transport(),
@@ -176,7 +175,8 @@ class KubeClient:
             return Response(response.status, response.headers.get("Retry-After"), await response.read())
 
     # -- verbs ------------------------------------------------------------------
-    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False, gated: bool = True) -> dict | None:
+    async def create(self, obj: Mapping[str, Any], plural: str, dry_run: bool = False,
+                     gated: bool = True) -> dict | None:
         """Create; a name already taken answers ApiError 409 (whose it is, the caller finds out)."""
         meta = obj["metadata"]
         path = collection_path(obj["apiVersion"], plural, meta.get("namespace"))
@@ -191,7 +191,8 @@ class KubeClient:
     async def delete(self, api_version: str, plural: str, namespace: str | None, name: str,
                      propagation: str | None = None, grace_period: int | None = None) -> dict | None:
         """Delete; an object already gone (404) counts as deleted. grace_period 0: at once (--force)."""
-        options = {k: v for k, v in (("propagationPolicy", propagation), ("gracePeriodSeconds", grace_period)) if v is not None}
+        named = (("propagationPolicy", propagation), ("gracePeriodSeconds", grace_period))
+        options = {k: v for k, v in named if v is not None}
         body = {"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None
         try:
             return await self.request("DELETE", f"{collection_path(api_version, plural, namespace)}/{name}", body)
@@ -249,7 +250,7 @@ class KubeClient:
 
     async def watch(self, api_version: str, plural: str, namespace: str | None, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 290,
-                    field_selector: str | None = None) -> AsyncIterator[dict]:
+                    field_selector: str | None = None, tick: Tick = sleep_to_tick) -> AsyncIterator[dict]:
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds)}
         if label_selector:
@@ -258,6 +259,7 @@ class KubeClient:
             params["fieldSelector"] = field_selector
         self.requests += 1
         used = await self.credentials.authenticate()
+        assert self._session is not None, "KubeClient is used as `async with KubeClient(...)`"
         async with self._session.get(
             self.credentials.server + collection_path(api_version, plural, namespace), params=params,
             headers=self._headers(), timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=None),
@@ -274,14 +276,12 @@ class KubeClient:
             async for chunk in response.content.iter_any():
                 lines = (rest + chunk).split(b"\n")  # one split per chunk: a chunk may hold many events
                 rest = lines.pop()
-                received[0] += len(lines)
-                received[1] += len(chunk)
-                received[2] += 1
+                received[:] = received[0] + len(lines), received[1] + len(chunk), received[2] + 1
                 for line in lines:
                     if line.strip():
                         yield codec.loads(line)
                 if self.watch_pace:
-                    await let_gather(response, self.watch_pace)
+                    await let_gather(response, self.watch_pace, tick)
 
     async def post_event(self, involved: Mapping[str, Any], etype: str, reason: str, message: str,
                          now: str, component: str = "tfop", count: int = 1) -> dict:
@@ -310,13 +310,13 @@ async def check_answers(client: KubeClient, timeout: float = PROBE_TIMEOUT_SECON
             raise StartupError(f"the apiserver at {server} does not accept these credentials: "
                                f"{err.status} {err.message}") from None
         # Any other answer: the apiserver is there; what the command may do is checked as it works.
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ServerUnreachable(f"no answer from the apiserver at {server} within {timeout:g}s") from None
     except (aiohttp.ClientError, OSError, ValueError) as err:
         raise ServerUnreachable(f"cannot reach the apiserver at {server}: {one_line(err)}") from None
 
 
-async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
+async def let_gather(response: aiohttp.ClientResponse, pace: float, tick: Tick = sleep_to_tick) -> None:
     """Leave a response's socket unread until the next multiple of `pace` on the loop's clock
     (tfop.kube.ticks): what arrives meanwhile waits in the kernel and is read in one go, instead of
     waking the process once per event. Under TLS the socket itself is held too (a read buffer limit
@@ -330,7 +330,7 @@ async def let_gather(response: aiohttp.ClientResponse, pace: float) -> None:
     if limits is not None:
         limits(high=0, low=0)
     try:
-        await sleep_to_tick(pace)
+        await tick(pace)  # sleep_to_tick; a test steps its own clock
     finally:
         if not transport.is_closing():
             if limits is not None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.kube.exec_credential import ExecAuthenticator, ExecCredential
 from tfop.kube.kubeconfig import ConfigError, Endpoint, proxy_url, tls_context, with_env_proxy
@@ -42,7 +43,7 @@ class Credentials:
 
     @classmethod
     def load(cls, kubeconfig: str | None = None, context: str | None = None,
-             environ: Mapping[str, str] | None = None) -> "Credentials":
+             environ: Mapping[str, str] | None = None) -> Credentials:
         """ConfigError (one line) when they cannot work; an exec plugin first runs at the first request."""
         from tfop.kube.kubeconfig import load as load_endpoint
 
@@ -95,7 +96,8 @@ def load_credentials(kubeconfig: str | None, context: str | None = None,
     """
     environ = os.environ if environ is None else environ
     if kubeconfig and os.pathsep in kubeconfig:
-        kubeconfig, environ = None, {**environ, "KUBECONFIG": kubeconfig}
+        environ = {**environ, "KUBECONFIG": kubeconfig}
+        kubeconfig = None
     try:
         return Credentials.load(kubeconfig, context, environ)
     except ConfigError:

@@ -19,8 +19,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Hashable, Mapping, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from tfop.kube.client import KubeClient
 
@@ -36,10 +37,14 @@ K = TypeVar("K", bound=Hashable)
 
 
 class Event(Protocol):
-    """What to post: an Event's type (Normal, Warning), reason and message."""
-    type: str
-    reason: str
-    message: str
+    """What to post: an Event's type (Normal, Warning), reason and message (read-only: the core's
+    frozen dataclass is one)."""
+    @property
+    def type(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
 
 V = TypeVar("V")
 
@@ -109,7 +114,7 @@ class EventBook:
         self.buckets: Lru[str, TokenBucket] = Lru(entries)
         self.posted: Lru[EventKey, Posted] = Lru(entries)
 
-    def admit(self, uid: str, events: list[Event]) -> tuple[dict[EventKey, int], int]:
+    def admit(self, uid: str, events: Sequence[Event]) -> tuple[dict[EventKey, int], int]:
         """Each Event takes a token from its object's bucket. Returns how many of each distinct Event
         got one (in the order first seen: one write each) and how many were dropped."""
         now = self.clock()
@@ -144,7 +149,7 @@ class EventRecorder:
         self.client, self.call = client, call
         self.book = book or EventBook()
 
-    async def post(self, involved: Mapping[str, Any], events: list[Event], now: str) -> None:
+    async def post(self, involved: Mapping[str, Any], events: Sequence[Event], now: str) -> None:
         """Record `events` on `involved`: one write per distinct Event, at most."""
         if not events:
             return

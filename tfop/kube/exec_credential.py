@@ -19,9 +19,9 @@ import shutil
 import ssl
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 
 from tfop.kube.kubeconfig import ConfigError, Endpoint, ExecConfig, tls_context
 
@@ -60,7 +60,8 @@ def parse_credential(output: bytes | str, api_version: str) -> ExecCredential:
     if not isinstance(doc, dict) or doc.get("kind") != "ExecCredential":
         raise ValueError("printed JSON that is not an ExecCredential")
     if doc.get("apiVersion") != api_version:
-        raise ValueError(f"printed apiVersion {str(doc.get('apiVersion'))[:100]!r}; the kubeconfig asks for {api_version}")
+        printed = str(doc.get("apiVersion"))[:100]
+        raise ValueError(f"printed apiVersion {printed!r}; the kubeconfig asks for {api_version}")
     status = doc.get("status")
     if not isinstance(status, dict):
         raise ValueError("printed an ExecCredential without a status")
@@ -88,7 +89,7 @@ def _timestamp(value: object) -> float | None:
         moment = datetime.fromisoformat(str(value).replace("z", "Z"))
     except ValueError:
         raise ValueError(f"printed status.expirationTimestamp {str(value)[:60]!r}, not an RFC 3339 time") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def refresh_time(obtained_at: float, expires_at: float | None) -> float | None:
@@ -140,19 +141,20 @@ async def run_plugin(config: ExecConfig, environ: Mapping[str, str],
         raise ExecPluginError(f"{name}: cannot run it: {err.strerror or err}{hint}") from None
 
     async def communicate() -> tuple[bytes, bool, bytes, int]:
-        (out, too_much), (err, _) = await asyncio.gather(_read(proc.stdout, MAX_OUTPUT_BYTES),
-                                                         _read(proc.stderr, MAX_STDERR_BYTES))
-        return out, too_much, err, await proc.wait()
+        assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
+        (out, too_much), (stderr, _) = await asyncio.gather(_read(proc.stdout, MAX_OUTPUT_BYTES),
+                                                            _read(proc.stderr, MAX_STDERR_BYTES))
+        return out, too_much, stderr, await proc.wait()
     try:
-        out, too_much, err, code = await asyncio.wait_for(communicate(), timeout)
-    except asyncio.TimeoutError:
+        out, too_much, stderr, code = await asyncio.wait_for(communicate(), timeout)
+    except TimeoutError:
         raise ExecPluginError(f"{name}: no answer within {timeout:g}s") from None
     finally:
         if proc.returncode is None:  # timed out, or the caller was cancelled
             proc.kill()
             await proc.wait()
     if code != 0:
-        said = one_line(err.decode(errors="replace")) or "nothing on stderr"
+        said = one_line(stderr.decode(errors="replace")) or "nothing on stderr"
         raise ExecPluginError(f"{name}: exited with code {code}: {said}")
     if too_much:
         raise ExecPluginError(f"{name}: printed more than {MAX_OUTPUT_BYTES} bytes")
@@ -216,8 +218,10 @@ class ExecAuthenticator:
         if held is not None and not self._due(held):
             return held.credential
         async with self._lock:
-            if self._held is not held:  # another request ran the plugin meanwhile
-                return self._held.credential
+            current = self._held
+            if current is not held:  # another request ran the plugin meanwhile
+                assert current is not None  # a held credential is replaced, never dropped
+                return current.credential
             return await self._refresh(held)
 
     async def rejected(self, used: ExecCredential | None) -> bool:
@@ -232,6 +236,7 @@ class ExecAuthenticator:
             except ExecPluginError as err:
                 log.warning("after a 401: %s", err)
                 return False
+            assert self._held is not None  # _refresh holds what the plugin printed, or raises
             return self._held.credential != used
 
     def _due(self, held: _Held) -> bool:

@@ -7,7 +7,7 @@ shows why the kubelet restarted the operator or keeps it out of rotation.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 

@@ -19,7 +19,8 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient
 from tfop.kube.versions import later, version_of
@@ -240,14 +241,13 @@ class Cache:
         """Remember the deletion (a tombstone) and tell it, once."""
         self.tombstones.add(name, version_of(obj), _uid(obj))
         key = self.key_of(obj)
-        kept = None
         if (key and self.on_gone is not None) or self.on_event is not None:
             gone = dict(obj, apiVersion=obj.get("apiVersion") or self.api_version, kind=obj.get("kind") or self.kind)
             kept = self.trim(gone)
-        if key and self.on_gone is not None:
-            self.on_gone(key, name[1], kept)
-        if self.on_event is not None:
-            self.on_event("DELETED", kept)
+            if key and self.on_gone is not None:
+                self.on_gone(key, name[1], kept)
+            if self.on_event is not None:
+                self.on_event("DELETED", kept)
         if key:
             self.on_change(key)
 
@@ -337,8 +337,8 @@ class Informer(Cache):
                     if self.optional:  # said once; a resource not installed (404) is no error for it
                         said = (err.status, self.plural, where) in self.refusals
                         self.refusals.add((err.status, self.plural, where))
-                        level = logging.DEBUG if self.denied is not None or said else logging.INFO if err.status == 404 \
-                            else logging.WARNING
+                        level = (logging.DEBUG if self.denied is not None or said
+                                 else logging.INFO if err.status == 404 else logging.WARNING)
                     self.denied = err
                     log.log(level, "cannot list %s (%s): %s; retrying in %.1fs (run `tfop doctor`)", self.plural,
                             where, err, delay)
@@ -394,9 +394,10 @@ class Informer(Cache):
             async for event in self.client.watch(self.api_version, self.plural, namespace, version,
                                                  self.label_selector, **self._fields()):
                 self.last_contact = self.clock()
-                version = self.handle_event(event, version)
-                if version is None:
+                handled = self.handle_event(event, version)
+                if handled is None:
                     return None
+                version = handled
         except ApiError as err:
             if err.status == 410:
                 return None

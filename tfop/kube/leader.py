@@ -12,12 +12,12 @@ import asyncio
 import logging
 import random
 import time
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
+from tfop.kube import lease
 from tfop.kube.client import ApiError, KubeClient
 from tfop.kube.kubeconfig import ConfigError
-from tfop.kube import lease
 from tfop.kube.lease import LEASE_API, LEASE_PLURAL, LeaseRecord, LeaseTiming
 
 log = logging.getLogger("tfop.leader")
@@ -28,7 +28,7 @@ class LeadershipLost(Exception):
 
 
 def micro_time() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -76,7 +76,7 @@ class LeaderElector:
         """Wait `seconds`; True when `stop` was asked meanwhile (or before)."""
         try:
             await asyncio.wait_for(self._stopping.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -90,7 +90,7 @@ class LeaderElector:
             if err.status != 409:  # 409: another replica wrote first; its record is read next time
                 log.warning("Lease %s/%s: %s", self.namespace, self.name, err)
             return False
-        except (OSError, asyncio.TimeoutError, ConfigError) as err:  # ConfigError: an exec plugin failed
+        except (TimeoutError, OSError, ConfigError) as err:  # ConfigError: an exec plugin failed
             log.warning("Lease %s/%s: %s: %s", self.namespace, self.name, type(err).__name__, err)
             return False
         if outcome is None:
@@ -99,7 +99,7 @@ class LeaderElector:
         self._observed_at = self._renewed_at = sent_at
         return True
 
-    async def _acquire_or_renew(self, sent_at: float) -> tuple[dict, LeaseRecord] | None:
+    async def _acquire_or_renew(self, sent_at: float) -> tuple[dict | None, LeaseRecord] | None:
         found = await self.client.get(LEASE_API, LEASE_PLURAL, self.namespace, self.name)
         current = self._observe(found, sent_at)
         record = lease.claim(current, self.identity, self._observed_at, self.clock(), self.timing, micro_time())
@@ -115,7 +115,7 @@ class LeaderElector:
             self._observed, self._observed_at = record, now
         return record
 
-    async def _write(self, found: dict | None, record: LeaseRecord) -> dict:
+    async def _write(self, found: dict | None, record: LeaseRecord) -> dict | None:
         if found is None:
             body = {"apiVersion": LEASE_API, "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace}, "spec": record.spec()}
@@ -132,7 +132,7 @@ class LeaderElector:
         try:
             await asyncio.wait_for(self._write(self._lease, lease.released(self._observed, micro_time())),
                                    self.timing.retry_period)
-        except (ApiError, OSError, asyncio.TimeoutError) as err:
+        except (TimeoutError, ApiError, OSError) as err:
             log.warning("could not release Lease %s/%s (a standby takes over when it expires): %s",
                         self.namespace, self.name, err)
             return False

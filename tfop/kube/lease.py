@@ -9,8 +9,9 @@ renew stops writing before any other replica may take over.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 LEASE_API = "coordination.k8s.io/v1"
 LEASE_PLURAL = "leases"
@@ -46,7 +47,7 @@ class LeaseRecord:
     transitions: int = 0
 
     @classmethod
-    def of(cls, lease: Mapping[str, Any]) -> "LeaseRecord":
+    def of(cls, lease: Mapping[str, Any]) -> LeaseRecord:
         spec = lease.get("spec") or {}
         return cls(holder=spec.get("holderIdentity") or "", duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
                    acquire_time=spec.get("acquireTime"), renew_time=spec.get("renewTime"),

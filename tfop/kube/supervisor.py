@@ -8,7 +8,7 @@ the process exits non-zero and Kubernetes restarts it.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable
+from collections.abc import Awaitable
 
 
 class VitalTaskDied(Exception):

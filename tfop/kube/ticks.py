@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable
 
 PACE = 0.1  # seconds
+Tick = Callable[[float], Awaitable[float]]  # sleep_to_tick's shape: wait for the next point of a period, return it
 
 
 def next_tick(period: float, now: float) -> float:

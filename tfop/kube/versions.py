@@ -1,7 +1,8 @@
 """Which of two copies of an object is newer, by their resourceVersions."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def version_of(obj: Mapping[str, Any]) -> str:

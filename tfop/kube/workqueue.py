@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
 
 from tfop.kube.ticks import on_grid
 
@@ -23,8 +24,11 @@ log = logging.getLogger("tfop.queue")
 MAX_DOUBLINGS = 20
 
 
-class WorkQueue:
-    def __init__(self, handler: Callable[[Hashable], Awaitable[None]], workers: int = 32,
+K = TypeVar("K", bound=Hashable)  # a job's key (the controller's: namespace, name)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, handler: Callable[[K], Awaitable[None]], workers: int = 32,
                  max_backoff: float = 60.0, on_wait: Callable[[float], None] | None = None,
                  on_retry: Callable[[], None] | None = None, grid: float = 0.0):
         self.handler, self.workers, self.max_backoff = handler, workers, max_backoff
@@ -32,18 +36,18 @@ class WorkQueue:
         # the process together with whatever else ends on it. 0: exactly when asked.
         self.grid = grid
         self.on_wait, self.on_retry = on_wait, on_retry  # for the metrics: seconds queued; a retry
-        self._added: dict = {}  # key -> monotonic time it was queued
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._pending: set = set()
-        self._running: dict = {}  # key -> monotonic time its reconcile started (to tell a stuck worker)
-        self._dirty: set = set()
-        self._failures: dict = {}
-        self._timers: dict = {}
+        self._added: dict[K, float] = {}  # key -> monotonic time it was queued
+        self._queue: asyncio.Queue[K] = asyncio.Queue()
+        self._pending: set[K] = set()
+        self._running: dict[K, float] = {}  # key -> monotonic time its reconcile started (to tell a stuck worker)
+        self._dirty: set[K] = set()
+        self._failures: dict[K, int] = {}
+        self._timers: dict[K, asyncio.TimerHandle] = {}
         self._draining = False
         self._none_running = asyncio.Event()
         self._none_running.set()
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: K) -> None:
         if key in self._running:
             self._dirty.add(key)
         elif key not in self._pending:
@@ -51,14 +55,14 @@ class WorkQueue:
             self._added[key] = time.monotonic()
             self._queue.put_nowait(key)
 
-    def add_soon(self, key: Hashable, delay: float) -> None:
+    def add_soon(self, key: K, delay: float) -> None:
         """Reconcile `key` within `delay` seconds, together with whatever else arrives meanwhile: the
         events of a job's children come in bursts (a gang's pods bound in one cycle, then each Running),
         and one pass reads them all. Nothing to do when the key already waits its turn."""
         if key not in self._pending:
             self.add_after(key, delay)
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         """Reconcile `key` again in `delay` seconds (the earliest request wins)."""
         loop = asyncio.get_running_loop()
         when = loop.time() + delay
@@ -71,17 +75,17 @@ class WorkQueue:
             timer.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
-    def _fire(self, key: Hashable) -> None:
+    def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
         self._failures.pop(key, None)
 
-    def longest_running(self) -> tuple[Hashable, float] | None:
+    def longest_running(self) -> tuple[K, float] | None:
         """The reconcile running the longest and for how many seconds, or None when all are idle."""
         if not self._running:
             return None
@@ -101,11 +105,11 @@ class WorkQueue:
         self._draining = True
         try:
             await asyncio.wait_for(self._none_running.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
-    def _retry_later(self, key: Hashable) -> None:
+    def _retry_later(self, key: K) -> None:
         count = self._failures.get(key, 0) + 1
         self._failures[key] = count
         delay = min(self.max_backoff, 0.5 * 2 ** min(count, MAX_DOUBLINGS))

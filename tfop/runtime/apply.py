@@ -6,20 +6,21 @@ FailedWrite (the apiserver's code and words) for the core's conclude().
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from tfop.api import conditions
 from tfop.api.constants import KIND
 from tfop.core.outcomes import NOT_ATTEMPTED, FailedWrite
 from tfop.core.plan import Event, Plan, Ref, create_batches
 from tfop.kube.client import ApiError, KubeClient
-from tfop.runtime.trim import trim_child
 from tfop.kube.events import EventRecorder
 from tfop.kube.informer import Informer
 from tfop.runtime.jobs import JobRecord
 from tfop.runtime.status_writer import TFJOB_API
+from tfop.runtime.trim import trim_child
 
 
 def failed_write(verb: str, kind: str, name: str, err: BaseException) -> FailedWrite:
@@ -41,15 +42,16 @@ class Applier:
         pods and services in create_batches() beside the deletions and patches. No child is written
         when the group was not; no batch after one with a failure (those are reported NOT_ATTEMPTED)."""
         if plan.create_group is not None:
+            assert self.groups is not None  # a group is planned only for a backend whose groups are watched
             failure = await self._create(plan.create_group, self.groups)
             if failure is not None:
                 return [failure]
-        results = await asyncio.gather(
+        created, others = await asyncio.gather(
             self._create_in_batches(plan.create, plan.create_together),
-            *(self._delete(record, ref) for ref in plan.delete),
-            *(self._delete(record, ref, grace_period=0) for ref in plan.force_delete),
-            *(self._patch(ref, patch) for ref, patch in plan.patch))
-        return [*results[0], *(r for r in results[1:] if r is not None)]
+            asyncio.gather(*(self._delete(record, ref) for ref in plan.delete),
+                           *(self._delete(record, ref, grace_period=0) for ref in plan.force_delete),
+                           *(self._patch(ref, patch) for ref, patch in plan.patch)))
+        return [*created, *(r for r in others if r is not None)]
 
     async def _create_in_batches(self, objects: list[dict], together: bool) -> list[FailedWrite]:
         failures: list[FailedWrite] = []
@@ -112,6 +114,6 @@ class Applier:
         return None
 
     async def post_events(self, body: Mapping[str, Any], events: list[Event]) -> None:
-        now = conditions.timestamp(datetime.now(timezone.utc))
+        now = conditions.timestamp(datetime.now(UTC))
         involved = {"apiVersion": TFJOB_API, "kind": KIND, "metadata": body["metadata"]}
         await self.events.post(involved, events, now)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from functools import partial
 from sys import intern
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME
 from tfop.core.room import Capacity, NodeRoom, Taint
@@ -175,12 +176,12 @@ class ClusterRoom:
         meta = pod["metadata"]
         name = (meta.get("namespace", ""), meta["name"])
         node = pod.get("nodeName") if event != "DELETED" else None
-        place = (node, pod.get("requests") or {})
-        if node and self.counted.get(name) == place:
+        requests = pod.get("requests") or {}
+        if node and self.counted.get(name) == (node, requests):
             return  # most events of a running pod (its status): its node's total and snapshot stay
         was = self._count(name, -1)
         if node:
-            self.counted[name] = place
+            self.counted[name] = (node, requests)
             self._count(name, 1)
         elif was:  # gone, or finished (out of the selector): its requests are free
             self._grew()
@@ -203,7 +204,7 @@ class ClusterRoom:
 
     def _grew(self) -> None:
         """Tell the waiting gangs once however many pods end together (wake_delay)."""
-        self._grew_at = datetime.now(timezone.utc)
+        self._grew_at = datetime.now(UTC)
         self._dirty = True
         if self._wake is not None:
             return

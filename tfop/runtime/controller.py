@@ -10,14 +10,15 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tfop.api import conditions
-from tfop.api.nodes import disruption
 from tfop.api.constants import KIND, LABEL_OPERATOR, OPERATOR_NAME, PLURAL
+from tfop.api.nodes import disruption
 from tfop.children.templates import Templates
 from tfop.core.context import Context, Observed
 from tfop.core.outcomes import FailedWrite, blocking, conclude, needs_retry
@@ -26,17 +27,17 @@ from tfop.core.settings import Settings
 from tfop.core.transitions import transitions
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError, KubeClient
-from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
+from tfop.kube.informer import Informer
+from tfop.kube.supervisor import first_of, stop_all
+from tfop.kube.ticks import PACE
+from tfop.kube.workqueue import WorkQueue
 from tfop.runtime.apply import Applier
 from tfop.runtime.capacity import ClusterRoom
-from tfop.kube.informer import Informer
-from tfop.kube.ticks import PACE
 from tfop.runtime.jobs import JobKey, JobRecord, group_news_unread, label_key, owner_key
-from tfop.runtime.nodes import NodeHealth, wake_jobs_on
 from tfop.runtime.metrics import Metrics
+from tfop.runtime.nodes import NodeHealth, wake_jobs_on
 from tfop.runtime.status_writer import TFJOB_API, StatusWriter
-from tfop.kube.supervisor import first_of, stop_all
-from tfop.kube.workqueue import WorkQueue
+from tfop.runtime.trim import SharedParts, trim_child, trim_group, trim_job
 
 log = logging.getLogger("tfop.controller")
 # Another controller (e.g. Kueue's MultiKueue) owns jobs with a different managedBy.
@@ -84,7 +85,7 @@ async def pods_before_admission(settings: Settings, backend: GangBackend | None,
     a dry-run pod of an unadmitted group is accepted (no admission webhook refuses it)."""
     mode = settings.pods_before_admission_mode
     probe = backend.admission_probe((list(settings.namespaces) or ["default"])[0]) if backend else None
-    if mode == "never" or probe is None:
+    if mode == "never" or backend is None or probe is None:
         return False
     if mode == "auto":
         try:
@@ -109,7 +110,8 @@ class Controller:
         self.queue = WorkQueue(self.reconcile, workers=2 * settings.max_concurrent_requests, grid=PACE,
                                on_wait=self.metrics.queue_wait.observe, on_retry=self.metrics.queue_retries.inc)
         self.metrics.watch_state(lambda: self.jobs.values(), lambda: self.queue.depth)
-        self.synced, self.watches = asyncio.Event(), {}  # watches: name -> its informer's task
+        self.synced = asyncio.Event()
+        self.watches: dict[str, asyncio.Task] = {}  # name -> its informer's task
         self.limit = asyncio.Semaphore(settings.max_concurrent_requests)
         self._watch_children(list(settings.namespaces) or [None])
         self.applier = Applier(client, self.call, self.pods, self.services, self.groups)
@@ -123,7 +125,7 @@ class Controller:
                                trim=trim_job)
         shared = SharedParts()  # the parts every child of a template repeats, kept once
         self.groups = self.priorities = self.room = None
-        pods = {"trim": partial(trim_child, shared=shared)}
+        pods: dict[str, Any] = {"trim": partial(trim_child, shared=shared)}  # the pod informer's keywords
         # A node lost, back, deleted or tainted: a pass for every job with a pod on it.
         self.nodes = NodeHealth(lambda node: wake_jobs_on(node, self.pods.objects.values(), label_key, self.queue.add))
         if self.backend is not None:
@@ -238,7 +240,7 @@ class Controller:
             return "skipped"
         before = record.status()
         normalized = record.normalized()
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         plan = reconcile(normalized.job, self.observe(key, record), now, self.ctx,
                          normalized.problems, normalized.notes)
         record.reads_group_status, record.reads_group_progress = plan.reads_group_status, plan.reads_group_progress

@@ -7,7 +7,8 @@ connections alone are ~16 MB apart (measured: e2e/BENCHMARK.md).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 
 def event_loop_runner(choice: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:

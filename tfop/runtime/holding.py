@@ -17,7 +17,8 @@ seconds.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api import conditions
 from tfop.api.conditions import STARTING_GANG_REASONS

@@ -2,9 +2,10 @@
 an object is told to belong to a job (the informers' keys)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from tfop.api.constants import GROUP, KIND, LABEL_JOB
 from tfop.api.normalize import Normalized, Unstated, normalize_unstated, with_status

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Fields a record may carry (`extra=`), written as JSON keys: a pipeline filters one job by them.
@@ -12,7 +12,7 @@ EXTRA_FIELDS = ("job_namespace", "job_name", "outcome", "duration_ms")
 
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        line = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
                 "level": record.levelname, "logger": record.name, "message": record.getMessage()}
         for field in EXTRA_FIELDS:
             if hasattr(record, field):

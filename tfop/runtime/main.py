@@ -25,8 +25,8 @@ from tfop.kube.kubeconfig import StartupError
 from tfop.kube.leader import LeaderElector
 from tfop.kube.lease import LeaseTiming
 from tfop.kube.loop_monitor import LoopMonitor
-from tfop.kube.ticks import PACE
 from tfop.kube.supervisor import first_of, stop_all
+from tfop.kube.ticks import PACE
 from tfop.runtime import discovery, probes
 from tfop.runtime.controller import Controller
 from tfop.runtime.metrics import Metrics
@@ -73,7 +73,7 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
         return None
     key = served_key(type(backend))
     unlisted = key is not None and key not in (installed or ())
-    if unlisted and not await discovery.served_group_apis(client, {key: served_keys()[key]}):
+    if key is not None and unlisted and not await discovery.served_group_apis(client, {key: served_keys()[key]}):
         log.error("the apiserver does not serve %s: %s gangs cannot be created until it does (Kubernetes "
                   "1.37+ with the GenericWorkload feature gate and that API enabled; see `tfop doctor`)",
                   key, backend.name)
@@ -115,7 +115,7 @@ async def start_up(settings: Settings, client: KubeClient) -> GangBackend | None
         return await asyncio.wait_for(resolve_backend(settings, client), STARTUP_TIMEOUT_SECONDS)
     except ApiError as err:
         raise StartupError(f"the apiserver refused a start-up request: {err}") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise StartupError(f"no answer from the apiserver at {client.credentials.server} within "
                            f"{STARTUP_TIMEOUT_SECONDS:g}s") from None
     except (OSError, aiohttp.ClientError) as err:
@@ -153,7 +153,7 @@ class Operator:
             written = await self.controller.flush_statuses(timeout=3.0)
             if written:
                 log.info("wrote %d held job statuses before stopping", written)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("held job statuses not all written within 3 s of stopping; the next leader recomputes them")
         electing = self.vital.get("leader election")
         if self.elector is not None and electing is not None:

@@ -9,7 +9,8 @@ the jobs with pods on it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from tfop.api.nodes import NOT_READY, OUT_OF_SERVICE, UNREACHABLE
 from tfop.kube.informer import Informer

@@ -5,8 +5,8 @@ stuck. Ready means the caches are synced, so a standby can lead at once.
 """
 from __future__ import annotations
 
-from tfop.runtime.controller import Controller
 from tfop.kube.health import Check
+from tfop.runtime.controller import Controller
 
 # A reconcile running longer is stuck (its requests time out after 30 s each).
 STUCK_AFTER_SECONDS = 300.0

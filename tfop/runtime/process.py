@@ -5,7 +5,7 @@ It watches nothing itself: TFJobs and their children come through tfop's informe
 """
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import kopf
 

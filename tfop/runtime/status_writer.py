@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from tfop.api.constants import GROUP, PLURAL, STORAGE_VERSION
 from tfop.kube.client import KubeClient
-from tfop.runtime.trim import trim_job
 from tfop.runtime.holding import hold_limits
 from tfop.runtime.jobs import JobKey, JobRecord
+from tfop.runtime.trim import trim_job
 
 TFJOB_API = f"{GROUP}/{STORAGE_VERSION}"
 

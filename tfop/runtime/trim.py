@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from sys import intern
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tfop.api import codec
 from tfop.api.constants import LAST_APPLIED, LEGACY_GROUP_LABEL, LEGACY_LABELS
@@ -34,7 +35,8 @@ class SharedParts:
     the table starts over when full, and what was shared meanwhile stays shared."""
 
     def __init__(self, limit: int = 16384):
-        self.limit, self._kept = limit, {}
+        self.limit = limit
+        self._kept: dict[Any, Any] = {}
 
     def one(self, value: Any) -> Any:
         key = codec.dumps(value).decode()  # JSON's equality (true is not 1); orjson's bytes keep a 4 KiB buffer
@@ -190,7 +192,7 @@ def trim_node(node: Mapping[str, Any]) -> dict:
     """A node as far as room for a pod goes: allocatable, Ready, cordoned, the taints that keep pods off,
     its labels."""
     status, spec = node.get("status") or {}, node.get("spec") or {}
-    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    condition: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     ready = condition.get("status") == "True"
     taints = tuple((intern(t.get("key") or ""), t.get("value") or "", intern(t.get("effect") or ""))
                    for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute"))

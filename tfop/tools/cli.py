@@ -91,7 +91,7 @@ def _run_settings(enable_gang_scheduling, gang_scheduler_name, namespaces, all_n
         try:
             parse_bind_address(options[flag])
         except ValueError as err:
-            raise click.UsageError(f"--{flag.replace('_', '-')}: {err}")
+            raise click.UsageError(f"--{flag.replace('_', '-')}: {err}") from None
     return Settings(enable_gang_scheduling=gang_enabled(enable_gang_scheduling, gang_scheduler_name),
                     gang_scheduler_name=gang_scheduler_name, namespaces=tuple(namespaces),
                     pods_before_admission_mode=options.pop("pods_before_admission"), **options)

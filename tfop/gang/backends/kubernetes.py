@@ -17,7 +17,8 @@ the GenericWorkload feature gate on. No other scheduler runs.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tfop.api.conditions import GANG_NOT_ADMITTED
 from tfop.api.model import ReplicaSpec, TFJob

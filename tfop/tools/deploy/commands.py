@@ -6,9 +6,9 @@ tfop/tools/cli.py calls register(cli). Cluster commands load credentials as `tfo
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -39,7 +39,7 @@ def cluster_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]
         raise click.ClickException(f"{err.status} {err.message}: {err.request}") from None
     except LookupError as err:
         raise click.ClickException(str(err)) from None
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
+    except (TimeoutError, aiohttp.ClientError, OSError) as err:
         # The apiserver went away mid-command (requests are not retried): one line.
         raise click.ClickException(f"the apiserver stopped answering: {one_line(err)}") from None
     finally:

@@ -6,14 +6,22 @@ what changes; apply_gang() reads, patches and reports.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tfop.gang.base import GangBackend
 from tfop.gang.registry import backend_from_flags
 from tfop.kube.blocking import BlockingClient
 from tfop.runtime import discovery
-from tfop.tools.deploy.operator_args import ENABLE, GANG_NAME, flag_units, gang_flags, is_gang_flag, operator_container_index
+from tfop.tools.deploy.operator_args import (
+    ENABLE,
+    GANG_NAME,
+    flag_units,
+    gang_flags,
+    is_gang_flag,
+    operator_container_index,
+)
 from tfop.tools.deploy.rbac import canonical_rule, operator_rules
 
 # Named in server-side apply conflicts: re-applying `tfop manifests` made with
@@ -45,7 +53,7 @@ def toggle_args(args: list[str], enable: bool, name: str | None) -> list[str]:
     return [tok for unit in kept for tok in unit]
 
 
-def toggle_rules(rules: list[Mapping[str, Any]], enable: bool,
+def toggle_rules(rules: Sequence[Mapping[str, Any]], enable: bool,
                  backend: GangBackend | None) -> list[dict]:
     """The ClusterRole rules with `backend`'s own rules added or removed.
 
@@ -85,7 +93,7 @@ def describe_rule(rule: Mapping[str, Any]) -> str:
     return f"{groups} {','.join(rule.get('resources', []))} [{' '.join(sorted(rule.get('verbs', [])))}]"
 
 
-def describe_rules(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -> list[str]:
+def describe_rules(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[str]:
     before = [canonical_rule(r) for r in old]
     after = [canonical_rule(r) for r in new]
     return ([f"- {describe_rule(r)}" for r in before if r not in after]
@@ -141,8 +149,8 @@ def _rules_report(label: str, lines: list[str], aggregated: bool) -> list[str]:
     if not lines:
         return [f"{label}: unchanged"]
     if aggregated:  # its rules belong to the controller-manager, which would undo a patch
-        return [f"{label}: not patched: it has an aggregationRule; apply "
-                "rbac/gang-<backend>.yaml (its own role and binding) instead"]
+        return [(f"{label}: not patched: it has an aggregationRule; apply "
+                 "rbac/gang-<backend>.yaml (its own role and binding) instead")]
     return [f"{label}: {line}" for line in lines]
 
 

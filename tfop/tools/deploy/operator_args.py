@@ -33,7 +33,8 @@ def run_args(enable: bool, gang_scheduler_name: str | None, scheduler_name: str 
 
 def flag_units(args: list[str]) -> list[tuple[str, ...]]:
     """The args grouped so that --gang-scheduler-name and a separate value stay together."""
-    units, i = [], 0
+    units: list[tuple[str, ...]] = []
+    i = 0
     while i < len(args):
         if args[i] == GANG_NAME and i + 1 < len(args):
             units.append((GANG_NAME, args[i + 1]))

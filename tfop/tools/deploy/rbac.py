@@ -8,8 +8,9 @@ disk differ from what this module generates, so the two cannot drift.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -98,8 +99,8 @@ def is_cluster_scoped(rule: Mapping[str, Any]) -> bool:
 
 def split_by_scope(rules: Iterable[Mapping[str, Any]]) -> tuple[list[dict], list[dict]]:
     """(namespaced rules, cluster-scoped rules), each in the order given."""
-    rules = [dict(r) for r in rules]
-    return [r for r in rules if not is_cluster_scoped(r)], [r for r in rules if is_cluster_scoped(r)]
+    plain = [dict(r) for r in rules]
+    return [r for r in plain if not is_cluster_scoped(r)], [r for r in plain if is_cluster_scoped(r)]
 
 
 def canonical_rule(rule: Mapping[str, Any]) -> dict:
@@ -206,7 +207,7 @@ def leader_election_objects(namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
 def _backends() -> list[GangBackend]:
     from tfop.gang import registry  # late: the registry imports every backend
 
-    out = []
+    out: list[GangBackend] = []
     for name in registry.backend_names():
         try:
             backend, _ = registry.load_backend(name)

@@ -12,8 +12,9 @@ suggestions, scheduler evidence, report text) is separate from the API calls.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -23,11 +24,10 @@ from tfop.gang import registry
 from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError
 from tfop.tools.deploy import operator_args
+from tfop.tools.deploy.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
 from tfop.tools.doctor import operator_health
 from tfop.tools.doctor.cluster import SCHEDULER_REASONS, Cluster
-from tfop.tools.doctor.report import LEASE_GRACE, Check, lease_is_live, parse_time
-from tfop.tools.doctor.report import exit_code, format_report  # noqa: F401  the report, as `doctor.` callers know it
-from tfop.tools.deploy.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
+from tfop.tools.doctor.report import LEASE_GRACE, Check, exit_code, format_report, lease_is_live, parse_time  # noqa: F401  the report, as `doctor.` callers know it
 
 TFJOB_CRD = "tfjobs.kubeflow.org"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -138,9 +138,9 @@ class SchedulerEvidence:
     service_account: tuple[str, str] | None = None  # (namespace, name) of the scheduler's pod
 
 
-def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
-                   pods: list[Mapping[str, Any]], now: dt.datetime,
-                   events: list[Mapping[str, Any]] = ()) -> SchedulerEvidence:
+def find_scheduler(scheduler_name: str, leases: Sequence[Mapping[str, Any]],
+                   pods: Sequence[Mapping[str, Any]], now: dt.datetime,
+                   events: Sequence[Mapping[str, Any]] = ()) -> SchedulerEvidence:
     """Is a scheduler answering to `scheduler_name` running, judging by Leases, pods, events?
 
     A live leader-election Lease proves a process is running even when it is not
@@ -166,14 +166,14 @@ def find_scheduler(scheduler_name: str, leases: list[Mapping[str, Any]],
         meta = lease["metadata"]
         parts.append(f"Lease {meta.get('namespace')}/{meta['name']} is held by "
                      f"{lease['spec']['holderIdentity']}")
-    recent = [e for e in events if _reporter(e) == scheduler_name
+    recent = [(t, e) for e in events if _reporter(e) == scheduler_name
               and e.get("reason") in SCHEDULER_REASONS
               and (t := event_time(e)) is not None and now - t <= EVENT_WINDOW]
     if recent:
-        e = max(recent, key=event_time)
+        when, e = max(recent, key=lambda timed: timed[0])
         obj = e.get("involvedObject") or e.get("regarding") or {}
         parts.append(f"it reported {e['reason']} for pod {obj.get('namespace')}/{obj.get('name')} "
-                     f"{int((now - event_time(e)).total_seconds())}s ago")
+                     f"{int((now - when).total_seconds())}s ago")
     if parts:
         return SchedulerEvidence(True, "; ".join(parts), sa)
     alts = " or ".join(names)
@@ -210,6 +210,7 @@ def crd_checks(installed: set[str], backend: GangBackend | None) -> list[Check]:
             checks.append(Check(title, False, "the TFJob CRD is not installed",
                                 "tfop manifests > tfop.yaml && kubectl apply --server-side -f tfop.yaml"))
         else:
+            assert backend is not None  # only a backend names CRDs beyond the TFJob's
             checks.append(Check(title, False,
                                 f"gang backend {backend.name} needs it; is {backend.name} installed?",
                                 _other_backend_hint(installed)))
@@ -228,7 +229,7 @@ def builtin_api_checks(cluster: Cluster, backend: GangBackend | None, namespace:
     title = f"the apiserver serves {resource.plural} in {resource.api_version}"
     try:
         serves = cluster.served(resource.api_version, resource.plural)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a check that cannot ask says why; the others still run
         return [Check(title, False, f"discovery failed: {_forbidden(err)}", fix)]
     if not serves:
         return [Check(title, False, f"gang backend {backend.name} creates them; the API is not enabled", fix)]
@@ -238,7 +239,7 @@ def builtin_api_checks(cluster: Cluster, backend: GangBackend | None, namespace:
         checks.append(Check(kept, True) if cluster.keeps_scheduling_group(namespace) else Check(
             kept, False, "a dry-run pod lost its spec.schedulingGroup: the apiserver's GenericWorkload gate is off, "
             "so kube-scheduler sees no gang", fix))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a check that cannot ask says why; the others still run
         checks.append(Check(kept, None, f"cannot dry-run a pod in {namespace}: {_forbidden(err)}"))
     return checks
 
@@ -252,7 +253,7 @@ def permission_check(cluster: Cluster, title: str, account: tuple[str, str],
         return Check(title, True)
     try:
         roles = cluster.roles_bound_to(*account)
-    except Exception:  # doctor's own user may not list bindings; the fix text still works
+    except Exception:  # noqa: BLE001 - doctor's own user may not list bindings; the fix text still works
         roles = None
     return Check(title, False, describe_denied(denied), rbac_fix(denied, user, roles))
 
@@ -262,10 +263,10 @@ def scheduler_check(cluster: Cluster, sched: str, now: dt.datetime) -> tuple[Che
     try:
         try:
             events = cluster.scheduler_events()
-        except Exception:  # the weakest evidence; Leases and pods still decide
+        except Exception:  # noqa: BLE001 - the weakest evidence; Leases and pods still decide
             events = []
         evidence = find_scheduler(sched, cluster.leases(), cluster.running_pods(), now, events)
-    except Exception as err:  # e.g. doctor's user may not list leases or pods
+    except Exception as err:  # noqa: BLE001 - e.g. doctor's user may not list leases or pods
         return (Check(title, None, f"could not list Leases/pods: {_forbidden(err)}"),
                 SchedulerEvidence(False, ""))
     fix = "" if evidence.found else "start the scheduler, or point pods at a running one with --scheduler-name"
@@ -296,7 +297,7 @@ def installed_operator_checks(cluster: Cluster, namespace: str, deployment: str,
         pods = cluster.pods(namespace, operator_health.selector(dep)) if dep else []
         lease = (cluster.lease(operator_health.lease_namespace(dep), LEADER_ELECTION_LEASE)
                  if dep and operator_args.leader_election(operator_health.operator_args(dep)) else None)
-    except Exception as err:  # doctor's user may not read them; the other checks still stand
+    except Exception as err:  # noqa: BLE001 - doctor's user may not read them; the other checks still stand
         return [Check(f"Deployment {namespace}/{deployment} has every replica Ready", None,
                       f"could not read it, its pods or its Lease: {_forbidden(err)}")]
     leader = operator_health.leader_check(namespace, deployment, dep, pods, lease, LEADER_ELECTION_LEASE, now)
@@ -309,7 +310,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = D
                now: dt.datetime | None = None, deployment: str = DEFAULT_DEPLOYMENT) -> list[Check]:
     """CRDs, the operator's permissions, the installed operator, the scheduler, the scheduler's
     permissions: in that order."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     checks = crd_checks(cluster.crd_names(), backend)
     checks += builtin_api_checks(cluster, backend, namespace)
     checks.append(permission_check(
@@ -327,7 +328,7 @@ def lost_node_checks(cluster: Cluster) -> list[Check]:
     sentence of what ends the wait; none when no job waits."""
     try:
         jobs = cluster.tfjobs()
-    except Exception as err:  # doctor's user may not list TFJobs; the other checks still stand
+    except Exception as err:  # noqa: BLE001 - doctor's user may not list TFJobs; the other checks still stand
         return [Check("no TFJob waits on a lost node", None, f"could not list TFJobs: {_forbidden(err)}")]
     return waiting_on_lost_nodes(jobs)
 
@@ -376,7 +377,7 @@ def backend_to_check(cluster: Cluster, gang_scheduler_name: str | None, schedule
     if gang_scheduler_name is None:
         try:
             dep = cluster.deployment(namespace, deployment)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - a check that cannot ask says why; the others still run
             dep, unread = None, f"unreadable ({_forbidden(err)})"
         else:
             unread = "not found"

@@ -41,7 +41,7 @@ def doctor_cmd(gang_scheduler_name, scheduler_name, namespace, service_account, 
             target = doctor.backend_to_check(cluster, gang_scheduler_name, scheduler_name, namespace, deployment)
         except ValueError as err:
             click.echo(doctor.format_report([doctor.Check("gang backend resolves", False, str(err))]))
-            raise SystemExit(1)
+            raise SystemExit(1) from None
         click.echo(f"checking: {target.why}")
         if target.warning:
             click.echo(f"WARNING: {target.warning}")

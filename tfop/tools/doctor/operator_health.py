@@ -6,11 +6,12 @@ Pure: the Deployment, its pods and the Lease as the API returns them (plain dict
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tfop.api.pods import is_ready, terminating
-from tfop.tools.doctor.report import Check, lease_age, lease_is_live
 from tfop.tools.deploy.operator_args import flag_value, leader_election, operator_container_index
+from tfop.tools.doctor.report import Check, lease_age, lease_is_live
 
 LEADER_ELECT_NAMESPACE = "--leader-elect-namespace"
 # At most this many problems are listed: the replicas of a crash-looping Deployment all say the same.
@@ -62,7 +63,7 @@ def _oom_killed(pod: Mapping[str, Any]) -> int:
 
 
 def replicas_check(namespace: str, name: str, deployment: Mapping[str, Any] | None,
-                   pods: list[Mapping[str, Any]]) -> Check:
+                   pods: Sequence[Mapping[str, Any]]) -> Check:
     """Every wanted replica is Ready and of the current template; no pod was killed for memory."""
     title = f"Deployment {namespace}/{name} has every replica Ready"
     if deployment is None:
@@ -96,7 +97,7 @@ def replicas_check(namespace: str, name: str, deployment: Mapping[str, Any] | No
 
 
 def leader_check(namespace: str, name: str, deployment: Mapping[str, Any] | None,
-                 pods: list[Mapping[str, Any]], lease: Mapping[str, Any] | None, lease_name: str,
+                 pods: Sequence[Mapping[str, Any]], lease: Mapping[str, Any] | None, lease_name: str,
                  now: dt.datetime) -> Check | None:
     """Exactly one replica leads: the Lease is held, renewed in time, by one of this Deployment's pods.
 

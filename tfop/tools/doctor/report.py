@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # A Lease renewed within its duration plus this is taken as held by a running process: the
 # holder's clock and ours are different machines' clocks.
@@ -39,9 +40,9 @@ def exit_code(checks: list[Check]) -> int:
 def parse_time(value: Any) -> dt.datetime | None:
     """An API timestamp (RFC 3339 text, or a datetime from the official client) as an aware datetime."""
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if isinstance(value, str) and value:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return dt.datetime.fromisoformat(value)
     return None
 
 

@@ -16,7 +16,7 @@ from tfop.tools.gang_flags import gang_options
 def _load(files) -> list[tuple[str, dict]]:
     from tfop.tools.offline.render import documents, tfjobs_in
 
-    out = []
+    out: list[tuple[str, dict]] = []
     for handle in files:
         name = "-" if handle.name == "<stdin>" else handle.name
         try:
@@ -45,7 +45,7 @@ def _context(enable, gang_name, scheduler_name):
     try:  # offline: no CRDs to read, so `auto` is refused with the reason
         backend, _why = backend_from_flags(enable, gang_name, scheduler_name)
     except ValueError as err:
-        raise click.UsageError(str(err))
+        raise click.UsageError(str(err)) from None
     warning = flag_warning(gang_name, scheduler_name)
     if warning:
         click.echo(f"WARNING: {warning}", err=True)
@@ -71,7 +71,7 @@ def _one_line_errors(command):
             return command(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - the last resort: one line, never a traceback
             from tfop.api.validation import SHOWN_MAX
             from tfop.tools.offline.render import printable
 

@@ -9,7 +9,8 @@ import copy
 import datetime
 import functools
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jsonschema
 import yaml
@@ -83,7 +84,7 @@ def _list_type(validator, value, instance, schema):
     if not isinstance(instance, list):
         return
     if value == "set":
-        keys = [repr(i) for i in instance]
+        keys: list[Any] = [repr(i) for i in instance]
     elif value == "map":
         names = schema.get("x-kubernetes-list-map-keys", [])
         defaults = {k: schema["items"]["properties"].get(k, {}).get("default")
@@ -136,7 +137,7 @@ _Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {
 })
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(version: str):
     return _Validator(_validation_schema(version), format_checker=_formats)
 

@@ -6,9 +6,10 @@ field or one line about the file, never as an exception.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import IO, Any, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import IO, Any
 
 import yaml
 
@@ -41,10 +42,11 @@ def first_start_objects(obj: Mapping[str, Any], ctx: Context,
     rendering shows every step, each pass seeing what the earlier ones created.
     """
     normalized = normalize(obj)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     # What the job becomes, whatever --max-pods-per-job the operator runs with (job_problems warns).
     ctx = replace(ctx, settings=replace(ctx.settings, max_pods_per_job=MAX_JOB_REPLICAS))
-    group, children = None, []
+    group: dict | None = None
+    children: list[dict] = []
     for _ in range(normalized.job.total_replicas // MAX_CREATES_PER_PASS + 3):  # + the group's pass and the last
         admitted = dict(group, status={"phase": "Running"}) if group else None
         observed = Observed(pods=[o for o in children if o["kind"] == "Pod"],
