@@ -170,9 +170,8 @@ class Pool:
                              {"status": {"capacity": alloc, "allocatable": alloc}},
                              "application/merge-patch+json")
         for name in names:
-            wait_until(lambda nm=name: node_schedulable(self.api.get(f"/api/v1/nodes/{nm}")), 60,
-                       f"pool node {name} Ready and without a not-ready taint",
-                       lambda nm=name: (self.api.get(f"/api/v1/nodes/{nm}") or {}).get("spec"))
+            wait_until(lambda nm=name: node_ready(self.api.get(f"/api/v1/nodes/{nm}")), 60,
+                       f"pool node {name} Ready")
         return names
 
     def remove_all(self) -> None:
@@ -194,15 +193,6 @@ class Pool:
 def node_ready(node: dict | None) -> bool:
     return bool(node) and any(c["type"] == "Ready" and c["status"] == "True"
                               for c in node.get("status", {}).get("conditions", []))
-
-
-def node_schedulable(node: dict | None) -> bool:
-    """Ready, and only the pool's taint left: a node is created with node.kubernetes.io/not-ready, which
-    the node lifecycle controller removes a moment (up to seconds when busy) after the node is Ready.
-    Until then the scheduler counts it "untolerated taint(s)", and a gang tried meanwhile is rejected
-    whole ("3 Insufficient nvidia.com/gpu" on the nodes its members hold): GPUs added count from here."""
-    taints = ((node or {}).get("spec") or {}).get("taints") or []
-    return node_ready(node) and all(t.get("key") == POOL_LABEL for t in taints)
 
 
 @contextlib.contextmanager
