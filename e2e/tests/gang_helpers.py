@@ -14,17 +14,20 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import inspect
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import pytest
 import requests
 import yaml
 
@@ -357,10 +360,36 @@ def operator(cluster, ns: str, gang: str | None, extra_args: list[str] | None = 
         yield op
     except BaseException as e:
         if isinstance(e, AssertionError):
-            e.args = (f"{e.args[0] if e.args else ''}\n--- tfop log tail ---\n{op.log_tail(40)}",)
+            e.args = (f"{e.args[0] if e.args else ''}\n--- tfop log tail ---\n{op.log_tail(40)}"
+                      f"{scheduler_log_lines(cluster, ns)}",)
         raise
     finally:
         op.stop()
+
+
+# The schedulers' logs (e2e.cluster component names): the session cluster's are deleted with it.
+SCHEDULER_LOGS = ("kube-scheduler", "scheduler-plugins-scheduler", "volcano-scheduler", "koord-scheduler",
+                  "yunikorn-scheduler")
+KEPT_LOGS = "tfop-e2e-failed-scheduler-logs"  # under the temporary directory
+
+
+def scheduler_log_lines(cluster, ns: str, lines: int = 60) -> str:
+    """For a failed test: the last lines of each scheduler's log that name its namespace, and a copy of
+    those logs whole, kept after the cluster is gone."""
+    kept = Path(tempfile.gettempdir()) / KEPT_LOGS / ns
+    out = []
+    for name in SCHEDULER_LOGS:
+        log = cluster.logs / f"{name}.log"
+        if not log.exists():
+            continue
+        text = log.read_text(errors="replace")
+        ours = [line for line in text.splitlines() if ns in line]
+        if ours:
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / log.name).write_text(text)
+            out.append(f"\n--- {name} log, lines naming {ns} (whole log kept in {kept / log.name}) ---\n"
+                       + "\n".join(ours[-lines:]))
+    return "".join(out)
 
 
 def condition(job_obj: dict | None, ctype: str) -> dict | None:
@@ -438,54 +467,74 @@ class ScopedOperator(OperatorProcess):
         return self
 
 
-# ---------------------------------------------------------------------------- concurrent scenarios
+# ---------------------------------------------------------------------------- concurrent tests
 
 
 def new_namespace(cluster, test_name: str) -> str:
-    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:5]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_until(lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
-               30, f"default ServiceAccount in {name}")
+    name = namespace_name(test_name)
+    create_namespace(cluster, name)
     return name
 
 
-class Runner:
-    """Runs the selected scenarios of a module on a few threads at once; each test
-    item then waits for, and re-raises, the outcome of its own scenario. Every
-    scenario still gets its own namespace, operator process and nodes.
+def namespace_name(test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"{base}-{uuid.uuid4().hex[:5]}"
 
-    Nodes of its own do not isolate a scenario on a scheduler that admits gangs against the whole
+
+def create_namespace(cluster, name: str) -> None:
+    cluster.kubectl("create", "namespace", name)
+    wait_until(lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+               30, f"default ServiceAccount in {name}")
+
+
+class ConcurrentTests:
+    """Runs the selected tests of a module on a few threads at once, from the module's start: most of
+    their time is spent watching gangs wait. pytest then calls each test as usual, and the call waits
+    for, and reports, that test's own run (pytest_pyfunc_call below): a failure's traceback is the
+    test's. Every test still gets its own namespace, operator process and nodes.
+
+    A test's arguments come from its parameters, `namespace` (made for its run here, deleted after
+    it) and `shared` (the module's fixtures, by name): it names only those.
+
+    Nodes of its own do not isolate a test on a scheduler that admits gangs against the whole
     cluster: Volcano's enqueue step weighs a gang's minResources against every node and every gang
-    it admitted earlier, so one scenario's gang waiting on its own too-small pool holds back
-    another's. Scenarios for which `one_at_a_time(test name, params)` is true run on a thread of their own,
-    one after another, beside the others."""
+    it admitted earlier, so one test's gang waiting on its own too-small pool holds back another's.
+    Tests for which `one_at_a_time(test name, params)` is true run on a thread of their own, one
+    after another, beside the others."""
 
-    def __init__(self, cluster, items, bodies: dict[str, Callable], workers: int,
+    def __init__(self, cluster, items, shared: dict[str, Any], workers: int,
                  one_at_a_time: Callable[[str, dict], bool] = lambda name, params: False):
-        self.cluster, self.api = cluster, Api(cluster)
-        self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="scenario")
-        self.serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scenario-serial")
+        self.cluster, self.shared = cluster, shared
+        self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="test")
+        self.serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="test-serial")
         self.futures: dict[str, concurrent.futures.Future] = {}
-        self.took: dict[str, float] = {}
+        self.namespaces: dict[str, str] = {}
         for item in items:
             params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
-            body = bodies[item.originalname]
+            self.namespaces[item.nodeid] = namespace_name(item.name)
             executor = self.serial if one_at_a_time(item.originalname, params) else self.executor
-            self.futures[item.nodeid] = executor.submit(self._run, item.nodeid, item.name, body, params)
+            self.futures[item.nodeid] = executor.submit(self._run, item, params)
 
-    def _run(self, nodeid: str, name: str, body: Callable, params: dict) -> None:
+    def _run(self, item, params: dict) -> float:
         t0 = time.monotonic()
-        ns = new_namespace(self.cluster, name)
+        ns = self.namespaces[item.nodeid]
+        create_namespace(self.cluster, ns)
         try:
-            body(self.cluster, self.api, ns, **params)
+            given = {**self.shared, **params, "namespace": ns}
+            item.function(**{arg: given[arg] for arg in inspect.signature(item.function).parameters})
         finally:
-            self.took[nodeid] = time.monotonic() - t0
             self.cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        return time.monotonic() - t0
 
-    def result(self, nodeid: str) -> float:
-        self.futures[nodeid].result()
-        return self.took[nodeid]
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem) -> bool | None:
+        """The test's call: its run's outcome, raised as it was raised in the test."""
+        future = self.futures.get(pyfuncitem.nodeid)
+        if future is None:
+            return None  # not one of this module's: pytest calls it
+        took = future.result()
+        pyfuncitem.user_properties.append(("scenario_seconds", round(took, 1)))
+        return True
 
     def close(self) -> None:
         for executor in (self.executor, self.serial):

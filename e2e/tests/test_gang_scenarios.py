@@ -18,13 +18,14 @@ import pytest
 
 from e2e.harness.koordinator import KOORDINATOR_SCHEDULER_NAME
 from e2e.tests.gang_helpers import (
+    Api,
+    ConcurrentTests,
     GROUP_APIS,
     JOB_LABEL,
     PENDING_WINDOW,
     POLL,
     POOL_LABEL,
     SCHEDULER_OF,
-    Runner,
     all_running,
     condition,
     expected_pods,
@@ -66,14 +67,44 @@ def gang_setup(cluster, backend: str) -> tuple[str, list[str], str]:
 
 
 VOLCANO_ONLY = {"test_schedule_timeout_fails_the_job"}  # Volcano's, with no backend parameter
-WORKERS = 6  # scenarios at once: most of their time is spent watching gangs wait
-BODIES = {}
+WORKERS = 6  # tests at once: most of their time is spent watching gangs wait
 
 
-def scenario(fn):
-    """A scenario's body, run by the module's Runner; `test_<name>` waits for its outcome."""
-    BODIES[f"test_{fn.__name__}"] = fn
-    return fn
+@pytest.fixture(scope="module")
+def api(cluster) -> Api:
+    return Api(cluster)
+
+
+@pytest.fixture(scope="module")
+def kube_batch_crd_absence_checked(request) -> threading.Event:
+    """Set once test_missing_group_crd_is_an_error has run (at once when it is not selected): until then
+    test_backend_objects_against_apiserver[kube-batch] does not install the kube-batch CRD."""
+    checked = threading.Event()
+    if not any(getattr(i, "module", None) is request.module and i.originalname == "test_missing_group_crd_is_an_error"
+               for i in request.session.items):
+        checked.set()
+    return checked
+
+
+@pytest.fixture(scope="module", autouse=True)
+def concurrently(cluster, api, kube_batch_crd_absence_checked, request):
+    """The module's selected tests, run at once (gang_helpers.ConcurrentTests), in the order they are
+    written: the longest first, so the run ends soon after the longest one."""
+    items = [i for i in request.session.items if getattr(i, "module", None) is request.module]
+    shared = {"cluster": cluster, "api": api, "kube_batch_crd_absence_checked": kube_batch_crd_absence_checked}
+    tests = ConcurrentTests(cluster, items, shared, workers=WORKERS,
+                            one_at_a_time=lambda name, params: params.get("backend") == "volcano"
+                            or name in VOLCANO_ONLY)
+    request.config.pluginmanager.register(tests)
+    yield tests
+    request.config.pluginmanager.unregister(tests)
+    tests.close()
+
+
+@pytest.fixture
+def namespace(concurrently, request) -> str:
+    """The namespace the test's run made (and deletes)."""
+    return concurrently.namespaces[request.node.nodeid]
 
 
 def assert_no_group_objects(api: Api, ns: str) -> None:
@@ -91,8 +122,7 @@ def seed003(ns, p):
     return prepare_job(seed("003-0"), ns, p)
 
 
-@scenario
-def seed003_without_gang_half_runs(cluster, api, namespace):
+def test_seed003_without_gang_half_runs(cluster, api, namespace):
     """ACK's table without gang: PS + 2 workers Running, 2 workers Pending, GPUs held idle."""
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(2, gpus=2)
@@ -114,8 +144,8 @@ def seed003_without_gang_half_runs(cluster, api, namespace):
         assert_no_group_objects(api, namespace)
 
 
-@scenario
-def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, backend):
+@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
+def test_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, backend):
     """ACK's table with gang: all 5 Pending on 4 GPUs; add 4 GPUs -> all 5 Running."""
     tfop_backend, extra, scheduler = gang_setup(cluster, backend)
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, tfop_backend, extra):
@@ -159,8 +189,7 @@ def seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace, 
 YUNIKORN_PLACEHOLDER = "internal.yunikorn.apache.org/placeholder"  # on the placeholder pods it creates
 
 
-@scenario
-def yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace):
+def test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added(cluster, api, namespace):
     """Opt-in (TFOP_E2E_SCHEDULERS=...,yunikorn; port 9080 is fixed): the yunikorn backend's
     task groups on the real YuniKorn. Seed 003 on 4 GPUs: YuniKorn's placeholders reserve for
     the gang (some may bind), the job's own 5 pods never bind; add 4 GPUs -> all 5 Running."""
@@ -203,8 +232,7 @@ def seed004_jobs(ns, p):
     return job1, job2
 
 
-@scenario
-def seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
+def test_seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(4, gpus=1)
         job1, job2 = seed004_jobs(namespace, p)
@@ -220,8 +248,8 @@ def seed004_without_gang_second_job_partly_runs(cluster, api, namespace):
         assert all_running(api, job1)
 
 
-@scenario
-def seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, backend):
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, backend):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(4, gpus=1)
         job1, job2 = seed004_jobs(namespace, p)
@@ -246,8 +274,8 @@ def seed004_gang_second_job_waits_until_first_finishes(cluster, api, namespace, 
 # ------------------------------------------------------------------ 3. seeds 000-002: N pods, N-2 fit
 
 
-@scenario
-def gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend):
+@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
+def test_gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend):
     tfop_backend, extra, scheduler = gang_setup(cluster, backend)
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, tfop_backend, extra):
         p.add(2, gpus=1)
@@ -263,8 +291,8 @@ def gang_of_n_where_n_minus_2_fit_stays_pending(cluster, api, namespace, backend
 # ------------------------------------------------------------------ 4. two jobs, each fits alone
 
 
-@scenario
-def two_gangs_never_split_capacity(cluster, api, namespace, backend):
+@pytest.mark.parametrize("backend", REAL_GANGS)
+def test_two_gangs_never_split_capacity(cluster, api, namespace, backend):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(4, gpus=1)
         base = seed("002-0")
@@ -313,8 +341,9 @@ def restart_job(ns, p, exit_code_policy: bool):
     return job
 
 
-@scenario
-def gang_restart_recreates_every_member(cluster, api, namespace, backend, how):
+@pytest.mark.parametrize("backend", REAL_GANGS)
+@pytest.mark.parametrize("how", ["delete-pod", "exit-137"])
+def test_gang_restart_recreates_every_member(cluster, api, namespace, backend, how):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(2, gpus=1)
         job = restart_job(namespace, p, exit_code_policy=how == "exit-137")
@@ -355,8 +384,7 @@ def gang_restart_recreates_every_member(cluster, api, namespace, backend, how):
 # ------------------------------------------------------------------ 6. schedule timeout
 
 
-@scenario
-def schedule_timeout_fails_the_job(cluster, api, namespace):
+def test_schedule_timeout_fails_the_job(cluster, api, namespace):
     backend = "volcano"
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, backend):
         p.add(1, gpus=1)
@@ -493,11 +521,11 @@ def scheduler_runs_here(cluster, scheduler_name: str) -> bool:
 SCHEDULER_NAMES = {"koordinator": KOORDINATOR_SCHEDULER_NAME, "yunikorn": "yunikorn"}
 
 
-@scenario
-def backend_objects_against_apiserver(cluster, api, namespace, backend):
+@pytest.mark.parametrize("backend", list(APISERVER_ONLY))
+def test_backend_objects_against_apiserver(cluster, api, namespace, backend, kube_batch_crd_absence_checked):
     if backend != "kube-batch":
         return objects_against_apiserver(cluster, api, namespace, backend)
-    KUBE_BATCH_CRD_ABSENCE_CHECKED.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
+    kube_batch_crd_absence_checked.wait(timeout=300)  # missing_group_crd_is_an_error needs it absent
     cluster.apply(KUBE_BATCH_CRD)
     wait_established(cluster, KUBE_BATCH_CRD["metadata"]["name"])
     try:
@@ -558,8 +586,7 @@ def objects_against_apiserver(cluster, api, namespace, backend):
 # ------------------------------------------------------------------ 8. gang scheduling off
 
 
-@scenario
-def without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespace):
+def test_without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespace):
     with pool(cluster, api, namespace) as p, operator(cluster, namespace, None):
         p.add(1, gpus=1)
         job = prepare_job(seed("002-0"), namespace, p)
@@ -578,9 +605,6 @@ def without_gang_scheduling_no_group_and_default_scheduler(cluster, api, namespa
 
 # ------------------------------------------------------------------ 9. start-up: the group object's CRD
 
-# Set once missing_group_crd_is_an_error has run (at once when it is not selected): until then
-# backend_objects_against_apiserver[kube-batch] does not install the kube-batch CRD.
-KUBE_BATCH_CRD_ABSENCE_CHECKED = threading.Event()
 GANG_LOG_LINE = "gang scheduling: --gang-scheduler-name={backend};"
 
 
@@ -590,8 +614,7 @@ def settled_log(op) -> list[str]:
     return op.log_path.read_text(errors="replace").splitlines()
 
 
-@scenario
-def built_in_group_kind_starts_without_error(cluster, api, namespace):
+def test_built_in_group_kind_starts_without_error(cluster, api, namespace):
     """kube-arbitrator's group object is a PodDisruptionBudget (policy/v1, built into Kubernetes): no
     CRD to check, so no error at start-up."""
     with operator(cluster, namespace, "kube-arbitrator") as op:
@@ -601,8 +624,7 @@ def built_in_group_kind_starts_without_error(cluster, api, namespace):
     assert not wrong, "\n".join(wrong)
 
 
-@scenario
-def missing_group_crd_is_an_error(cluster, api, namespace):
+def test_missing_group_crd_is_an_error(cluster, api, namespace, kube_batch_crd_absence_checked):
     """A CRD-based backend whose group CRD is absent: one error line naming the CRD, and the operator
     keeps serving."""
     crd = KUBE_BATCH_CRD["metadata"]["name"]
@@ -613,7 +635,7 @@ def missing_group_crd_is_an_error(cluster, api, namespace):
             lines = settled_log(op)
             assert op.process.poll() is None, op.log_tail()
     finally:
-        KUBE_BATCH_CRD_ABSENCE_CHECKED.set()
+        kube_batch_crd_absence_checked.set()
     assert any(GANG_LOG_LINE.format(backend="kube-batch") in line for line in lines), "\n".join(lines)
     missing = [line for line in lines if "is not installed" in line]
     assert len(missing) == 1 and " ERROR tfop: " in missing[0], "\n".join(lines)
@@ -621,8 +643,7 @@ def missing_group_crd_is_an_error(cluster, api, namespace):
         f"CRD {crd} is not installed: kube-batch gangs cannot be created until it is (see `tfop doctor`)"), missing
 
 
-@scenario
-def built_in_gang_api_not_served_is_an_error(cluster, api, namespace):
+def test_built_in_gang_api_not_served_is_an_error(cluster, api, namespace):
     """The kubernetes backend on an apiserver that does not serve scheduling.k8s.io/v1beta1 (1.34): one
     error line saying what to enable, and the operator keeps serving."""
     with operator(cluster, namespace, "kubernetes") as op:
@@ -634,97 +655,3 @@ def built_in_gang_api_not_served_is_an_error(cluster, api, namespace):
         "the apiserver does not serve podgroups.scheduling.k8s.io/v1beta1: kubernetes gangs cannot be created "
         "until it does (Kubernetes 1.37+ with the GenericWorkload feature gate and that API enabled; see "
         "`tfop doctor`)"), "\n".join(lines)
-
-
-# ------------------------------------------------------------------ the tests: each waits for its scenario
-
-# Longest first, so the concurrent run ends soon after the longest one; but the scenario that needs the
-# kube-batch CRD absent goes before the one that installs it (and waits for it).
-ORDER = ["test_missing_group_crd_is_an_error",
-         "test_seed004_gang_second_job_waits_until_first_finishes", "test_seed003_gang_waits_whole_then_runs_when_gpus_added",
-         "test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added",
-         "test_backend_objects_against_apiserver", "test_two_gangs_never_split_capacity",
-         "test_gang_restart_recreates_every_member", "test_seed004_without_gang_second_job_partly_runs",
-         "test_gang_of_n_where_n_minus_2_fit_stays_pending", "test_seed003_without_gang_half_runs",
-         "test_schedule_timeout_fails_the_job", "test_without_gang_scheduling_no_group_and_default_scheduler",
-         "test_built_in_group_kind_starts_without_error", "test_built_in_gang_api_not_served_is_an_error"]
-
-
-@pytest.fixture(scope="module")
-def runner(cluster, request):
-    items = [i for i in request.session.items if i.module is request.module]
-    items.sort(key=lambda i: ORDER.index(i.originalname))
-    if not any(i.originalname == "test_missing_group_crd_is_an_error" for i in items):
-        KUBE_BATCH_CRD_ABSENCE_CHECKED.set()
-    r = Runner(cluster, items, BODIES, workers=WORKERS,
-               one_at_a_time=lambda name, params: params.get("backend") == "volcano" or name in VOLCANO_ONLY)
-    yield r
-    r.close()
-
-
-def outcome(runner, request) -> None:
-    took = runner.result(request.node.nodeid)
-    request.node.user_properties.append(("scenario_seconds", round(took, 1)))
-
-
-def test_seed003_without_gang_half_runs(runner, request):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
-def test_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request, backend):
-    outcome(runner, request)
-
-
-def test_yunikorn_seed003_gang_waits_whole_then_runs_when_gpus_added(runner, request):
-    outcome(runner, request)
-
-
-def test_seed004_without_gang_second_job_partly_runs(runner, request):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_seed004_gang_second_job_waits_until_first_finishes(runner, request, backend):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", REAL_GANGS + list(KOORD_GANGS))
-def test_gang_of_n_where_n_minus_2_fit_stays_pending(runner, request, backend):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", REAL_GANGS)
-def test_two_gangs_never_split_capacity(runner, request, backend):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", REAL_GANGS)
-@pytest.mark.parametrize("how", ["delete-pod", "exit-137"])
-def test_gang_restart_recreates_every_member(runner, request, backend, how):
-    outcome(runner, request)
-
-
-def test_schedule_timeout_fails_the_job(runner, request):
-    outcome(runner, request)
-
-
-@pytest.mark.parametrize("backend", list(APISERVER_ONLY))
-def test_backend_objects_against_apiserver(runner, request, backend):
-    outcome(runner, request)
-
-
-def test_without_gang_scheduling_no_group_and_default_scheduler(runner, request):
-    outcome(runner, request)
-
-
-def test_built_in_group_kind_starts_without_error(runner, request):
-    outcome(runner, request)
-
-
-def test_missing_group_crd_is_an_error(runner, request):
-    outcome(runner, request)
-
-
-def test_built_in_gang_api_not_served_is_an_error(runner, request):
-    outcome(runner, request)
