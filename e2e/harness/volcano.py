@@ -20,7 +20,7 @@ VOLCANO_ADMISSIONS = ("/pods/validate", "/podgroups/validate")
 VOLCANO_WEBHOOK_PROBE = "probe:volcano-webhook-denies"
 
 # Volcano's enqueue step (overcommit and proportion) weighs a gang against the whole cluster and
-# every gang admitted before it: tests that share this Volcano run one at a time (gang_helpers.Runner).
+# every gang admitted before it: tests that share this Volcano run one at a time (gang_helpers.ConcurrentTests).
 _VOLCANO_TIERS = """\
 tiers:
 - plugins:
