@@ -517,14 +517,14 @@ def test_gang_since_kept_while_waiting():
 RETRY = "tfop.kubeflow.org/gang-retry"
 
 
-def _unschedulable(name, waited, touched=None, capacity=None):
+def _unschedulable(name, waited, touched=None, capacity=None, message=POD_MESSAGE):
     job = with_status(gang_job(), conditions=[cond(S.CREATED)], startTime=ago(waited),
                       gang={"backend": name, "group": "tf-job", "since": ago(waited)})
     group = group_of(desired_group(name), phase="Scheduling" if name == "scheduler-plugins" else "Inqueue")
     if touched is not None:
         group["metadata"]["annotations"] = {**group["metadata"].get("annotations", {}), RETRY: ago(touched)}
     pods = gang_pods(job, name, phase="Pending",
-                     **{k: dict(unschedulable=POD_MESSAGE) for k in ("ps_0", "worker_0", "worker_1")})
+                     **{k: dict(unschedulable=message) for k in ("ps_0", "worker_0", "worker_1")})
     return run(job, Observed(pods=pods, services=all_services(job), group=group, capacity=capacity), ctx=ctx(name))
 
 
@@ -546,6 +546,25 @@ def test_unschedulable_gang_group_touched(name, waited, touched, touch, requeue)
     assert patches == ([("PodGroup", "tf-job", {"metadata": {"annotations": {RETRY: NOW_S}}})] if touch else [])
     assert plan.requeue_after == requeue
     assert plan.delete == [] and plan.create == []
+
+
+ECHO = "0/4 nodes are available: 4 optimistic rejection in PostFilter."
+# (waited since the gang began waiting, seconds since the last touch, touch now?, requeue after): while
+# every pod only echoes a sibling's rejection, touches come 1, 2, 4 ... s into the wait, then every 30 s
+ECHO_TOUCH_TABLE = [
+    (5, None, True, 5),
+    (5, 4, True, 5),  # last touched 1 s into the wait
+    (10, 2, False, 6),  # last touched 8 s into it: the next 16 s into it
+    (95, 12, False, 18),
+    (95, 31, True, 30),
+]
+
+
+@pytest.mark.parametrize("waited,touched,touch,requeue", ECHO_TOUCH_TABLE)
+def test_unschedulable_gang_group_touched_soon_while_its_pods_only_echo(waited, touched, touch, requeue):
+    plan = _unschedulable("scheduler-plugins", waited, touched, message=ECHO)
+    assert [ref.name for ref, _ in plan.patch] == (["tf-job"] if touch else [])
+    assert plan.requeue_after == requeue
 
 
 # (seconds waited, looked at again after): as long as it waited, from 30 s to 4 min

@@ -3,6 +3,7 @@ the scheduler."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from tfop.api import conditions, pods
@@ -146,7 +147,7 @@ def _record_wait(draft: Draft, backend: GangBackend, shape: GangShape, state: Ga
     if cause in pending.CAUSES and cause != before and before != GANG_GROUP_REFUSED:
         draft.event("Warning", cause, gang["message"])
     if waiting and scheduler_reason(state) == GANG_UNSCHEDULABLE:
-        _touch_group(draft, backend, gang["since"], fits)
+        _touch_group(draft, backend, gang["since"], fits, echoed=not state.explained)
     timeout = shape.schedule_timeout_seconds
     if not waiting or not timeout or waited is None:
         return True
@@ -174,10 +175,13 @@ def _timed_out(draft: Draft, gang: dict, timeout: int) -> bool:
     return False
 
 
-def _touch_group(draft: Draft, backend: GangBackend, since: str, fits: bool) -> None:
+def _touch_group(draft: Draft, backend: GangBackend, since: str, fits: bool, echoed: bool) -> None:
     """Annotate the group of an unschedulable gang, for schedulers that look at a rejected gang again
     only when its group changes: when room the gang fits was freed after the last touch (at most every
-    TOUCH_GAP_SECONDS), else every retry_touch_seconds."""
+    TOUCH_GAP_SECONDS); while its pods only echo a sibling's rejection, 1, 2, 4 ... s into the wait
+    (Coscheduling overwrites the failing pod's reason with the echo within a millisecond and then
+    parks the gang until its group changes: each retry is a new chance to read why); else every
+    retry_touch_seconds."""
     group: Mapping[str, Any] | None = draft.view.group
     every = backend.retry_touch_seconds
     if not every or group is None or group["metadata"].get("deletionTimestamp"):
@@ -185,16 +189,27 @@ def _touch_group(draft: Draft, backend: GangBackend, since: str, fits: bool) -> 
     last = (group["metadata"].get("annotations") or {}).get(ANNOTATION_GANG_RETRY)
     try:
         waited = draft.view.elapsed_since(last or since)
-        touched_at = conditions.parse_time(last)
+        touched_at, started = conditions.parse_time(last), conditions.parse_time(since)
     except ValueError:  # someone wrote a malformed stamp: touch again
-        waited = touched_at = None
+        waited = touched_at = started = None
     capacity = draft.view.obs.capacity
     grew_at = capacity.grew_at if fits and capacity is not None else None
     room_since = grew_at is not None and (touched_at is None or touched_at < grew_at)
     due = min(every, TOUCH_GAP_SECONDS) if room_since else every
+    if echoed and not room_since:
+        due = min(every, _doubling_gap(touched_at, started))
     if waited is not None and waited < due:
         draft.plan.requeue(due - waited)
         return
     stamp = {"metadata": {"annotations": {ANNOTATION_GANG_RETRY: conditions.timestamp(draft.view.now)}}}
     draft.plan.patch.append((Ref.of(group, backend.group_plural()), stamp))
-    draft.plan.requeue(every)
+    now_at = draft.view.now.replace(microsecond=0)
+    draft.plan.requeue(min(every, _doubling_gap(now_at, started)) if echoed else every)
+
+
+def _doubling_gap(touched_at: datetime | None, started: datetime | None) -> float:
+    """The wait before the next touch of a gang whose pods only echo: as long as the last touch came
+    after the wait began, at least TOUCH_GAP_SECONDS (so touches come 1, 2, 4, 8 ... s into it)."""
+    if touched_at is None or started is None:
+        return TOUCH_GAP_SECONDS
+    return max(TOUCH_GAP_SECONDS, (touched_at - started).total_seconds())
