@@ -23,10 +23,12 @@ official loader would fail there too, with a traceback.
 """
 from __future__ import annotations
 
+import atexit
 import base64
 import ipaddress
 import json
 import os
+import shutil
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -140,6 +142,8 @@ def from_kubeconfig(config: Mapping[str, Any], base_dir: Path, context: str | No
     if user.get("client-certificate-data") or user.get("client-key-data"):
         if secrets_dir is None:
             secrets_dir = Path(tempfile.mkdtemp(prefix="tfop-credentials-"))  # mode 0700
+            # read by TLS set-ups for as long as the process runs; no private key left behind it
+            atexit.register(shutil.rmtree, secrets_dir, ignore_errors=True)
         cert_file = _write_secret(secrets_dir / "client.crt", user.get("client-certificate-data"), cert_file)
         key_file = _write_secret(secrets_dir / "client.key", user.get("client-key-data"), key_file)
     return Endpoint(
