@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
@@ -21,9 +23,34 @@ from e2e.harness.errors import ClusterError
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and outside the kernel's ephemeral range: the component binds it seconds or
+    minutes later, and a port from that range can be taken in between by any outgoing connection
+    (a component's client, kubectl), which made a component exit at start."""
+    low, high = _ephemeral_range()
+    below, above = range(PORTS_FROM, low), range(high + 1, 65536)
+    choices = below if len(below) >= len(above) else above
+    if not choices:
+        raise ClusterError(f"no port range outside the ephemeral ports {low}-{high}")
+    for _ in range(200):
+        port = random.choice(choices)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # another cluster's or service's
+                continue
+        return port
+    raise ClusterError(f"no free port in {choices.start}-{choices.stop - 1} after 200 tries")
+
+
+PORTS_FROM = 20000  # below: well-known services' ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
 
 
 def load_state(cluster_dir: Path) -> dict:
@@ -69,15 +96,24 @@ def wait(what: str, pred, timeout: float, component: str, procs: dict[str, subpr
 
 
 def logs_tail(logs: Path, component: str | None = None, lines: int = 30) -> str:
-    """The last lines of one component's log, or of every log."""
+    """The last lines of one component's log, or of every log, after the first error lines before
+    them (a component that fails at start logs its cause first, then minutes of shutdown)."""
     names = [component] if component else sorted(p.stem for p in logs.glob("*.log"))
     out = []
     for n in names:
         f = logs / f"{n}.log"
         if f.exists():
-            tail = f.read_text(errors="replace").splitlines()[-lines:]
-            out.append(f"==> {f} <==\n" + "\n".join(tail))
+            text = f.read_text(errors="replace").splitlines()
+            first = [line for line in text[:-lines] if _ERROR_LINE.search(line)][:FIRST_ERRORS]
+            if first:
+                out.append(f"==> {f}: its first errors <==\n" + "\n".join(first))
+            out.append(f"==> {f} <==\n" + "\n".join(text[-lines:]))
     return "\n".join(out)
+
+
+FIRST_ERRORS = 5
+# klog's error lines (E1202 07:52:29.123 ...), JSON logs' error level, and Go's panics
+_ERROR_LINE = re.compile(r'^E\d{4} |"level":"(error|fatal)"|\blevel=(error|fatal)\b|^panic: ')
 
 
 def http_ok(url: str, admin_tls: ssl.SSLContext | None):
