@@ -216,7 +216,7 @@ class ScriptedPages(KubeClient):
         super().__init__(None)
         self.script, self.tokens = list(script), []
 
-    def list_pages(self, api_version, plural, namespace=None, label_selector=None, limit=500):
+    def list_pages(self, api_version, plural, namespace=None, label_selector=None, limit=500, field_selector=None):
         async def fetch(token):
             self.tokens.append(token)
             step = self.script.pop(0)

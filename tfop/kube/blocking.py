@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from tfop.kube.client import LIST_PAGE_SIZE, ApiError, KubeClient, check_answers, collection_path
+from tfop.kube.client import ApiError, KubeClient, check_answers, collection_path
 from tfop.kube.credentials import Credentials
 
 T = TypeVar("T")
@@ -59,16 +59,17 @@ class BlockingClient:
     def list(self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None, most: int | None = None) -> list[dict]:
         """The items of one consistent listing; only its first page, of at most `most` items, when given."""
-        async def collect() -> list[dict]:
-            items: list[dict] = []
-            pages = self.client.list_pages(api_version, plural, namespace, label_selector,
-                                           most or LIST_PAGE_SIZE, field_selector)
-            async for page, first in pages:
-                items = (page.get("items") or []) if first else items + (page.get("items") or [])
-                if most is not None:
-                    break
-            return items
-        return self.run(collect())
+        if most is None:
+            listing = self.run(self.client.list(api_version, plural, namespace, label_selector,
+                                                field_selector=field_selector))
+            return listing["items"]
+
+        async def first_page() -> list[dict]:
+            async for page, _ in self.client.list_pages(api_version, plural, namespace, label_selector, most,
+                                                        field_selector):
+                return page.get("items") or []
+            return []
+        return self.run(first_page())
 
     def create(self, obj: Mapping[str, Any], plural: str) -> dict | None:
         return self.run(self.client.create(obj, plural))

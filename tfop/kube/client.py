@@ -219,12 +219,12 @@ class KubeClient:
                 return None
             raise
 
-    async def list(self, api_version: str, plural: str, namespace: str | None = None,
-                   label_selector: str | None = None, limit: int = LIST_PAGE_SIZE) -> dict:
+    async def list(self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None,
+                   limit: int = LIST_PAGE_SIZE, field_selector: str | None = None) -> dict:
         """Every page of a LIST as one list: its items and the metadata (resourceVersion) of its snapshot."""
         items: list = []
         listing: dict = {}
-        async for page, first in self.list_pages(api_version, plural, namespace, label_selector, limit):
+        async for page, first in self.list_pages(api_version, plural, namespace, label_selector, limit, field_selector):
             if first:
                 items, listing = [], page
             items += page.get("items") or []
