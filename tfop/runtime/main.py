@@ -72,8 +72,8 @@ async def resolve_backend(settings: Settings, client: KubeClient) -> GangBackend
     if backend is None:
         return None
     key = served_key(type(backend))
-    unlisted = key is not None and key not in (installed or ())
-    if key is not None and unlisted and not await discovery.served_group_apis(client, {key: served_keys()[key]}):
+    if (key is not None and key not in (installed or ())  # not in the listing: asked for by name
+            and not await discovery.served_group_apis(client, {key: served_keys()[key]})):
         log.error("the apiserver does not serve %s: %s gangs cannot be created until it does (Kubernetes "
                   "1.37+ with the GenericWorkload feature gate and that API enabled; see `tfop doctor`)",
                   key, backend.name)
