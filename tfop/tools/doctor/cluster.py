@@ -14,13 +14,17 @@ MOST_EVENTS = 500
 class Cluster:
     def __init__(self, api: BlockingClient):
         self.api = api
+        self._crd_names: set[str] | None = None
 
     def crd_names(self) -> set[str]:
-        return self.api.call(discovery.crd_names)
+        """Listed once: `auto` and the CRD checks of one doctor run read the same listing."""
+        if self._crd_names is None:
+            self._crd_names = self.api.call(discovery.crd_names)
+        return set(self._crd_names)
 
     def gang_apis(self) -> set[str]:
         """What `auto` picks a backend from: the CRDs, and the built-in gang APIs discovery lists."""
-        return self.api.call(discovery.gang_apis)
+        return self.crd_names() | self.api.call(discovery.served_group_apis)
 
     def served(self, api_version: str, plural: str) -> bool:
         return self.api.call(discovery.served, api_version, plural)
