@@ -600,3 +600,48 @@ def test_duplicate_keys_refused_naming_both(kube):
     assert r.returncode != 0, r.stdout
     assert spec_rules.duplicate_message("WORKER", "Worker") in r.stderr, r.stderr
     assert [p.message for p in crd.schema_problems(job)] == [spec_rules.duplicate_message("WORKER", "Worker")]
+
+
+# (case, managedBy stored, managedBy after an update; None: unset, refused?)
+MANAGED_BY_UPDATES = [
+    ("set", None, "kueue.x-k8s.io/multikueue", True),
+    ("removed", "kueue.x-k8s.io/multikueue", None, True),
+    ("changed", "kueue.x-k8s.io/multikueue", "tfop", True),
+    ("emptied", "tfop", "", True),
+    ("kept", "tfop", "tfop", False),  # another field of runPolicy changes
+    ("unset kept", None, None, False),
+]
+
+
+def managed_by_updates(kubectl, ns: str) -> dict[str, tuple[int, str]]:
+    """Each case's (kubectl's return code, its stderr): a suspended job created with the stored
+    managedBy, then merge-patched to the other and a new backoffLimit."""
+    answers = {}
+    for i, (case, before, after, _) in enumerate(MANAGED_BY_UPDATES):
+        job = good_job()
+        del job["status"]
+        job["metadata"] = {"name": f"managed-by-{i}"}
+        job["spec"]["runPolicy"]["suspend"] = True  # no operator on the cluster runs it
+        if before is not None:
+            job["spec"]["runPolicy"]["managedBy"] = before
+        r = kubectl("apply", "--server-side", "-n", ns, "-f", "-", input=json.dumps(job))
+        assert r.returncode == 0, (case, r.stderr)
+        patch = {"spec": {"runPolicy": {"managedBy": after, "backoffLimit": 4}}}
+        r = kubectl("patch", "tfjob", f"managed-by-{i}", "-n", ns, "--type=merge", "-p", json.dumps(patch))
+        answers[case] = (r.returncode, r.stderr)
+    return answers
+
+
+def assert_managed_by_fixed(answers: dict[str, tuple[int, str]]) -> None:
+    for case, _, _, refused in MANAGED_BY_UPDATES:
+        code, err = answers[case]
+        if refused:
+            assert code != 0 and "spec.runPolicy.managedBy" in err and spec_rules.MSG_MANAGED_BY in err, (case, err)
+        else:
+            assert code == 0, (case, err)
+
+
+@pytest.mark.cluster
+def test_managed_by_cannot_change_after_creation(kube):
+    kubectl, ns = kube
+    assert_managed_by_fixed(managed_by_updates(kubectl, ns))

@@ -34,11 +34,18 @@ def test_every_rule_is_in_the_crd_where_the_table_says(rule):
 
 def test_the_crd_has_no_rule_outside_the_table():
     in_table = {(at, r.cel, r.message) for r in rules.RULES for at in r.at}
-    in_crd = {(at, v["rule"], v["message"]) for at in ("", rules.REPLICA_SPECS)
+    in_table |= {(at, r["rule"], r["message"]) for at, table in rules.TRANSITION_RULES.items() for r in table}
+    in_crd = {(at, v["rule"], v["message"]) for at in ("", rules.REPLICA_SPECS, rules.RUN_POLICY)
               for v in _schema_node(at).get("x-kubernetes-validations", [])}
     assert in_crd == in_table
     schema_text = str(crd.schema_for("v1"))
-    assert schema_text.count("x-kubernetes-validations") == 2  # the TFJob's and tfReplicaSpecs' only
+    assert schema_text.count("x-kubernetes-validations") == 3  # the TFJob's, tfReplicaSpecs' and runPolicy's only
+
+
+def test_managed_by_is_fixed_at_creation_by_a_transition_rule():
+    (rule,) = _schema_node(rules.RUN_POLICY)["x-kubernetes-validations"]
+    assert rule == rules.MANAGED_BY_IMMUTABLE and "oldSelf" in rule["rule"]
+    assert rule["fieldPath"] == ".managedBy" and "managedBy" in _schema_node(rules.RUN_POLICY)["properties"]
 
 
 # (rule, node, does the Python twin hold)

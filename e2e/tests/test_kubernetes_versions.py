@@ -8,7 +8,7 @@ On each, one cluster for every check:
   inputs of tests/test_crd.py (BAD_JOBS) are refused as the harness's 1.34 (the session cluster)
   refuses them: the same HTTP code, reason, field paths, cause reasons and messages, tfop's rule
   messages word for word; only the apiserver's own wording of a few errors differs by release
-  (RENDERINGS, each listed);
+  (RENDERINGS, each listed); and runPolicy.managedBy cannot change once a job exists;
 - every seed's TFJob YAML applies verbatim and the operator makes its pods and services;
 - a job runs on kwok through restarts, suspends and adoption to Succeeded, the operator running
   with the ServiceAccount and ClusterRole `tfop manifests` renders, under --leader-elect;
@@ -33,7 +33,7 @@ from e2e.tests.audit_helpers import (AuditedOperator, AuditTail, assert_role_exa
                                        live_rules)
 from e2e.tests.test_seeds_apply import expected_children
 from e2e.harness.tfop_operator import deploy_manifests, wait_established
-from tests.test_crd import BAD_JOBS, CEL_MESSAGES, _insertable, good_job
+from tests.test_crd import BAD_JOBS, CEL_MESSAGES, _insertable, assert_managed_by_fixed, good_job, managed_by_updates
 from tfop.children.resources import resource_path
 from tfop.tools.offline import crd
 from tfop.tools.deploy import rbac
@@ -210,6 +210,13 @@ def test_bad_jobs_refused_as_on_1_34(versioned, refusals_on_1_34):
     assert not differ, json.dumps(differ, indent=1)
     verbatim = sum(got[key] == want for key, want in refusals_on_1_34.items())
     print(f"{versioned.state['kubernetes']}: {len(got)} refusals as on 1.34, {verbatim} word for word")
+
+
+def test_managed_by_cannot_change_after_creation(versioned):
+    """The CRD's transition rule (oldSelf), as on 1.34 (tests/test_crd.py)."""
+    def kubectl(*args, input=None):
+        return versioned.kubectl(*args, input=input, check=False)
+    assert_managed_by_fixed(managed_by_updates(kubectl, REFUSAL_NS))
 
 
 # -- the operator ----------------------------------------------------------------------

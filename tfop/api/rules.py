@@ -18,6 +18,7 @@ from tfop.api.validation import Problem
 
 ROOT = ""  # the TFJob object itself
 REPLICA_SPECS = "spec.tfReplicaSpecs"
+RUN_POLICY = "spec.runPolicy"
 
 # spec.tfReplicaSpecs is a map (as upstream's CRD has it): any key reaches the
 # rules below, which read it case-insensitively (k.lowerAscii(), as the
@@ -222,3 +223,16 @@ RULES = (NAME, NOT_EMPTY, KNOWN_KEYS, ONE_SPELLING, ONE_CHIEF, ONE_CHIEF_REPLICA
 def rules_at(path: str) -> list[Rule]:
     """The rules attached to the schema node at this object path."""
     return [r for r in RULES if path in r.at]
+
+
+# A rule of an update, judged against the stored object (oldSelf): `tfop validate`, which sees one
+# object, has no twin. managedBy names the job's controller (OUR_MANAGERS in tfop/runtime/controller.py:
+# tfop; kueue.x-k8s.io/multikueue: Kueue's MultiKueue); were it changed, two controllers could run one
+# job, or none. Upstream's webhook makes it immutable; runPolicy is defaulted to {}, so the rule always runs.
+MSG_MANAGED_BY = ("spec.runPolicy.managedBy cannot be set, changed or removed once the job exists: it names "
+                  "the controller that runs the job; delete the job and create it with the value wanted")
+MANAGED_BY_IMMUTABLE = {
+    "rule": "has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || "
+            "self.managedBy == oldSelf.managedBy)",
+    "message": MSG_MANAGED_BY, "fieldPath": ".managedBy"}
+TRANSITION_RULES: Mapping[str, tuple[Mapping[str, str], ...]] = {RUN_POLICY: (MANAGED_BY_IMMUTABLE,)}

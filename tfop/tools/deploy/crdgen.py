@@ -18,7 +18,8 @@ import yaml
 from tfop.api import constants
 from tfop.api.constants import GROUP, KIND, PLURAL, STORAGE_VERSION
 from tfop.api.quantity import MAX_QUANTITY_LENGTH, QUANTITY_PATTERN
-from tfop.api.rules import MAX_JOB_REPLICAS, MAX_REPLICA_KEYS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT, rules_at
+from tfop.api.rules import (MAX_JOB_REPLICAS, MAX_REPLICA_KEYS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT,
+                            RUN_POLICY, TRANSITION_RULES, rules_at)
 
 VERSIONS = constants.SERVED_VERSIONS  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
@@ -57,7 +58,7 @@ def _validations(at: str) -> list[dict]:
         if rule.field_path:
             entry["fieldPath"] = rule.field_path
         out.append(entry)
-    return out
+    return out + [dict(rule) for rule in TRANSITION_RULES.get(at, ())]
 
 
 # --------------------------------------------- Kubernetes schema conversion
@@ -275,6 +276,7 @@ def tfjob_schema(conv: _Converter) -> dict:
             "tfReplicaSpecs": _replica_specs(template),
             "runPolicy": _d("Clean-up, limits and scheduling of the job.", {
                 "type": "object",
+                "x-kubernetes-validations": _validations(RUN_POLICY),
                 # {} when unset (on create, and on read of a job stored without it): the Kubeflow SDK's
                 # model requires it, and a job written as v1beta1 or v1alpha2 has none.
                 "default": {},
@@ -283,8 +285,9 @@ def tfjob_schema(conv: _Converter) -> dict:
                     "suspend": {"type": "boolean", "description":
                                 "Suspend the job: delete its pods, services and gang object "
                                 "until set back to false (Kueue uses this)."},
-                    "managedBy": _str("Controller that reconciles this job; tfop leaves jobs "
-                                      "managed by another controller alone."),
+                    "managedBy": _str("Controller that reconciles this job, fixed when it is created: "
+                                      "unset, kubeflow.org/training-operator or tfop for tfop; tfop leaves "
+                                      "jobs managed by another controller (kueue.x-k8s.io/multikueue) alone."),
                     "schedulingPolicy": _scheduling_policy(),
                 }}),
             "successPolicy": _str("When the job succeeds without a Chief/Master: \"\" means "
