@@ -18,8 +18,16 @@ import yaml
 from tfop.api import constants
 from tfop.api.constants import GROUP, KIND, PLURAL, STORAGE_VERSION
 from tfop.api.quantity import MAX_QUANTITY_LENGTH, QUANTITY_PATTERN
-from tfop.api.rules import (MAX_JOB_REPLICAS, MAX_REPLICA_KEYS, MAX_REPLICAS_PER_TYPE, REPLICA_SPECS, ROOT,
-                            RUN_POLICY, TRANSITION_RULES, rules_at)
+from tfop.api.rules import (
+    MAX_JOB_REPLICAS,
+    MAX_REPLICA_KEYS,
+    MAX_REPLICAS_PER_TYPE,
+    REPLICA_SPECS,
+    ROOT,
+    RUN_POLICY,
+    TRANSITION_RULES,
+    rules_at,
+)
 
 VERSIONS = constants.SERVED_VERSIONS  # storage first
 K8S_SCHEMA_RELEASE = "v1.34.0"  # matches the Kubernetes release we target
