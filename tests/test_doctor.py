@@ -8,6 +8,7 @@ import yaml
 from operator_fixtures import deployment as _deployment, lease as _operator_lease, pod as _operator_pod
 from tfop.gang import registry
 from tfop.tools.doctor import checks as doctor
+from tfop.tools.doctor import kueue
 from tfop.tools.deploy import rbac
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -155,6 +156,10 @@ class FakeCluster:
         self._served, self._keeps = set(served), keeps_scheduling_group
         self._leases, self._pods, self.bindings = list(leases), list(pods), bindings or {}
         self.jobs: list[dict] = []
+        # Kueue: its Workload apiVersion (None: not installed), its Configuration's text, its Workloads
+        self.kueue: str | None = None
+        self.kueue_text: str | None = None
+        self.kueue_workloads: list[dict] = []
         # operator: (Deployment, its pods, its Lease); args: a Deployment with these args alone
         self.operator = operator or ((_deployment(args=args), [], None) if args is not None else (None, [], None))
 
@@ -181,6 +186,17 @@ class FakeCluster:
 
     def tfjobs(self):
         return self.jobs
+
+    def workload_api(self):
+        return self.kueue
+
+    def kueue_config(self, namespace, name, key):
+        assert (namespace, name, key) == ("kueue-system", "kueue-manager-config", "controller_manager_config.yaml")
+        return self.kueue_text
+
+    def workloads(self, api_version, namespace):
+        assert api_version == self.kueue
+        return [w for w in self.kueue_workloads if w["metadata"]["namespace"] == namespace]
 
     def running_pods(self):
         return self._pods
@@ -432,3 +448,63 @@ def test_auto_target_finds_kubernetes_own_gangs_by_discovery():
     cluster = FakeCluster(crds={doctor.TFJOB_CRD}, served=(NATIVE_API,), args=["--gang-scheduler-name", "auto"])
     backend, _, why, _ = doctor.backend_to_check(cluster, None, None, "kubeflow", "tfop")
     assert backend.name == "kubernetes" and "serves podgroups.scheduling.k8s.io/v1beta1" in why
+
+
+# ------------------------------------------------------------ Kueue queueing TFJobs
+def _labelled(name, age, uid, finished=False, queue="q"):
+    meta = {"name": name, "namespace": "ml", "uid": uid, "labels": {"kueue.x-k8s.io/queue-name": queue} if queue else {},
+            "creationTimestamp": (NOW - dt.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    conds = [{"type": "Succeeded", "status": "True"}] if finished else []
+    return {"metadata": meta, "status": {"conditions": conds}}
+
+
+def _workload_of(uid):
+    return {"metadata": {"namespace": "ml", "name": f"tfjob-{uid}", "ownerReferences": [{"uid": uid}]}}
+
+
+WITH_TFJOB = "integrations:\n  frameworks: [batch/job, kubeflow.org/tfjob]\n"
+WITHOUT_TFJOB = "integrations:\n  frameworks: [batch/job]\n"
+
+
+@pytest.mark.parametrize("text,listed", [
+    (WITH_TFJOB, True), (WITHOUT_TFJOB, False),
+    ("integrations: {}\n", None),  # Kueue's default list, which depends on its release
+    (None, None), ("", None), ("{not yaml", None), ("- a list\n", None), ("integrations:\n  frameworks: x\n", None),
+])
+def test_kueue_configuration_read_for_the_tfjob_integration(text, listed):
+    assert kueue.frameworks_listed(text) is listed
+
+
+# (Kueue served, its Configuration, jobs, Workloads): (ok of the one Kueue check, or no check; words in it)
+KUEUE_CASES = [
+    (None, WITHOUT_TFJOB, [_labelled("a", 300, "u1")], [], None, ""),  # no Kueue: nothing to say
+    ("kueue.x-k8s.io/v1beta1", None, [], [], None, ""),  # nothing known either way
+    ("kueue.x-k8s.io/v1beta1", WITH_TFJOB, [], [], True, "lists it"),
+    ("kueue.x-k8s.io/v1beta1", WITHOUT_TFJOB, [], [], False, "lacks kubeflow.org/tfjob"),
+    ("kueue.x-k8s.io/v1beta1", None, [_labelled("a", 300, "u1")], [_workload_of("u1")], True,
+     "each of 1 labelled TFJob(s) has its Workload"),
+    ("kueue.x-k8s.io/v1beta2", WITH_TFJOB, [_labelled("a", 300, "u1"), _labelled("b", 300, "u2")],
+     [_workload_of("u1")], False, "1 TFJob(s) labelled kueue.x-k8s.io/queue-name have no Workload after 60 s"
+     ", so Kueue does not hold them to its quota: ml/b"),
+    # too young, finished or without a queue label: no Workload is awaited
+    ("kueue.x-k8s.io/v1beta1", None, [_labelled("a", 5, "u1"), _labelled("b", 300, "u2", finished=True),
+                                      _labelled("c", 300, "u3", queue=None)], [], None, ""),
+]
+
+
+@pytest.mark.parametrize("served,text,jobs,workloads,ok,words", KUEUE_CASES)
+def test_kueue_check_says_when_labelled_tfjobs_are_not_queued(served, text, jobs, workloads, ok, words):
+    cluster = FakeCluster()
+    cluster.kueue, cluster.kueue_text, cluster.jobs, cluster.kueue_workloads = served, text, jobs, workloads
+    checks = kueue.kueue_checks(cluster, NOW)
+    assert [c.ok for c in checks] == ([] if ok is None else [ok])
+    if checks:
+        assert words in checks[0].detail, checks[0].detail
+        assert checks[0].title == kueue.TITLE
+        assert ok or "add kubeflow.org/tfjob to integrations.frameworks" in checks[0].fix
+
+
+def test_kueue_check_names_at_most_five_jobs():
+    jobs = [_labelled(f"j{i}", 300, f"u{i}") for i in range(8)]
+    (check,) = kueue.verdict(None, len(jobs), kueue.without_workload(jobs, []))
+    assert "ml/j0, ml/j1, ml/j2, ml/j3, ml/j4 and 3 more" in check.detail

@@ -89,3 +89,20 @@ def _webhook_configs(manifest: Path, url: str, ca_bundle: str) -> list[dict]:
         configs.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"],
                         "metadata": {"name": "kueue-" + doc["metadata"]["name"]}, "webhooks": webhooks})
     return configs
+
+
+def config_text(cluster) -> str:
+    """The Configuration Kueue runs with, as its release's ConfigMap would hold it."""
+    return (cluster.dir / "kueue.yaml").read_text()
+
+
+def restart_with_frameworks(cluster, frameworks: list[str], timeout: float) -> None:
+    """Kueue started again with these integrations (it reads its Configuration at start only). A
+    framework left out keeps a webhook that admits unchanged (Kueue's no-op one): the harness's
+    webhook configurations stay as they are."""
+    cluster.stop_component("kueue")
+    config = yaml.safe_load(config_text(cluster))
+    config["integrations"]["frameworks"] = list(frameworks)
+    (cluster.dir / "kueue.yaml").write_text(yaml.safe_dump(config))
+    cluster.start_component("kueue", timeout)
+    cluster.wait("kueue's webhook called by the apiserver", lambda: _webhook_answers(cluster), timeout, "kueue")

@@ -11,14 +11,18 @@ only, with Volcano and scheduler-plugins for the gang cases.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 from datetime import datetime
 
 import pytest
 
+from e2e.harness import kueue as kueue_harness
 from e2e.pytest_plugin import own_cluster
 from e2e.tests.gang_helpers import SCHEDULER_OF, Api
 from e2e.tests.kueue_helpers import (
@@ -38,6 +42,7 @@ from e2e.tests.kueue_helpers import (
     workload,
 )
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, pod_names, replica, tfjob
+from tfop.tools.doctor import kueue as doctor_kueue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.builds("kueue")]
 
@@ -215,3 +220,51 @@ def test_lowercase_replica_keys_are_invisible_to_kueue_so_the_job_waits(make_env
     env.wait_condition("lower", "Suspended")
     assert hold_window(env, "lower", 5) > 10
     assert workload(env, "lower") is None
+
+
+def _kueue_check(cluster) -> tuple[str, str]:
+    """tfop doctor's Kueue check, as its user reads it: (PASS/FAIL/SKIP, the lines under it)."""
+    report = subprocess.run([sys.executable, "-m", "tfop", "doctor", "--kubeconfig", str(cluster.dir / "kubeconfig")],
+                            capture_output=True, text=True, timeout=120).stdout
+    lines = report.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.endswith("] " + doctor_kueue.TITLE)), None)
+    assert at is not None, report
+    under = itertools.takewhile(lambda line: line.startswith(" " * 7), lines[at + 1:])
+    return lines[at][1:5], "\n".join(line.strip() for line in under)
+
+
+def _publish_config(cluster) -> None:
+    """Kueue's Configuration where its release manifests keep it (the harness's Kueue reads a file)."""
+    namespace, name = doctor_kueue.CONFIG_MAP
+    cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                   "data": {doctor_kueue.CONFIG_KEY: kueue_harness.config_text(cluster)}})
+
+
+def test_doctor_says_when_kueue_does_not_queue_tfjobs(make_env, kueue_cluster):
+    """Kueue v0.19+ leaves kubeflow.org/tfjob out of its integrations by default. Then a labelled
+    TFJob is neither suspended nor given a Workload, and tfop runs it at once, outside the quota:
+    `tfop doctor` says so from Kueue's Configuration, and from the job itself once it has waited
+    a minute for its Workload."""
+    env = make_env(gang=None)
+    env.apply(*queue_objects(env.ns, gpus=4))
+    _publish_config(kueue_cluster)
+    try:
+        assert _kueue_check(kueue_cluster) == ("PASS", "kueue-system/kueue-manager-config lists it")
+        kueue_harness.restart_with_frameworks(kueue_cluster, ["batch/job"], 60)
+        _publish_config(kueue_cluster)
+        job = create(env, gpu_job("unqueued", env.ns, workers=1))
+        created = time.monotonic()
+        assert not suspended(job), job["spec"]
+        env.wait("the job's pod, with no Kueue to hold it", lambda: env.pods("unqueued"), 30)
+        mark, said = _kueue_check(kueue_cluster)
+        assert mark == "FAIL" and "integrations.frameworks lacks kubeflow.org/tfjob" in said, said
+        assert "add kubeflow.org/tfjob to integrations.frameworks" in said, said
+        assert workload(env, "unqueued") is None
+        kueue_cluster.kubectl("delete", "configmap", "-n", doctor_kueue.CONFIG_MAP[0], doctor_kueue.CONFIG_MAP[1])
+        time.sleep(max(0.0, doctor_kueue.WORKLOAD_GRACE_SECONDS + 1 - (time.monotonic() - created)))
+        mark, said = _kueue_check(kueue_cluster)
+        assert mark == "FAIL" and "have no Workload after 60 s" in said and f"{env.ns}/unqueued" in said, said
+    finally:
+        kueue_harness.restart_with_frameworks(kueue_cluster, [kueue_harness.KUEUE_FRAMEWORK], 60)
+        kueue_cluster.kubectl("delete", "configmap", "-n", doctor_kueue.CONFIG_MAP[0], doctor_kueue.CONFIG_MAP[1],
+                              "--ignore-not-found", check=False)

@@ -25,7 +25,7 @@ from tfop.gang.base import GangBackend
 from tfop.kube.client import ApiError
 from tfop.tools.deploy import operator_args
 from tfop.tools.deploy.rbac import cluster_role, cluster_role_binding, operator_rules, permissions
-from tfop.tools.doctor import operator_health
+from tfop.tools.doctor import kueue, operator_health
 from tfop.tools.doctor.cluster import SCHEDULER_REASONS, Cluster
 from tfop.tools.doctor.report import LEASE_GRACE, Check, exit_code, format_report, lease_is_live, parse_time  # noqa: F401  the report, as `doctor.` callers know it
 
@@ -309,7 +309,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = D
                scheduler_service_account: tuple[str, str] | None = None,
                now: dt.datetime | None = None, deployment: str = DEFAULT_DEPLOYMENT) -> list[Check]:
     """CRDs, the operator's permissions, the installed operator, the scheduler, the scheduler's
-    permissions: in that order."""
+    permissions, jobs on lost nodes, Kueue's queueing of TFJobs: in that order."""
     now = now or dt.datetime.now(dt.UTC)
     checks = crd_checks(cluster.crd_names(), backend)
     checks += builtin_api_checks(cluster, backend, namespace)
@@ -320,7 +320,7 @@ def run_checks(cluster: Cluster, backend: GangBackend | None, namespace: str = D
     running, evidence = scheduler_check(cluster, expected_scheduler(backend, scheduler_name), now)
     checks.append(running)
     checks += scheduler_rbac_check(cluster, backend, scheduler_service_account or evidence.service_account)
-    return checks + lost_node_checks(cluster)
+    return checks + lost_node_checks(cluster) + kueue.kueue_checks(cluster, now)
 
 
 def lost_node_checks(cluster: Cluster) -> list[Check]:

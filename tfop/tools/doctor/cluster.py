@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 from tfop.api.constants import GROUP, PLURAL
-from tfop.kube.blocking import BlockingClient
+from tfop.kube.blocking import ApiError, BlockingClient
 from tfop.runtime import discovery
 
 # Reasons kube-scheduler and its forks report on the pods they place or cannot place.
 SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
 # Events read of each reason: enough to find a scheduler by name, never the whole history.
 MOST_EVENTS = 500
+KUEUE_WORKLOAD_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
 
 
 class Cluster:
     def __init__(self, api: BlockingClient):
         self.api = api
         self._crd_names: set[str] | None = None
+        self._tfjobs: list[dict] | None = None
 
     def crd_names(self) -> set[str]:
         """Listed once: `auto` and the CRD checks of one doctor run read the same listing."""
@@ -44,7 +46,30 @@ class Cluster:
         return self.api.list("coordination.k8s.io/v1", "leases")
 
     def tfjobs(self) -> list[dict]:
-        return self.api.list(f"{GROUP}/v1", PLURAL)
+        """Listed once: the lost-node and Kueue checks read the same listing."""
+        if self._tfjobs is None:
+            self._tfjobs = self.api.list(f"{GROUP}/v1", PLURAL)
+        return self._tfjobs
+
+    def workload_api(self) -> str | None:
+        """The apiVersion Kueue's Workloads are served at, None without Kueue."""
+        for api_version in KUEUE_WORKLOAD_VERSIONS:
+            if self.served(api_version, "workloads"):
+                return api_version
+        return None
+
+    def workloads(self, api_version: str, namespace: str) -> list[dict]:
+        return self.api.list(api_version, "workloads", namespace)
+
+    def kueue_config(self, namespace: str, name: str, key: str) -> str | None:
+        """Kueue's Configuration as its ConfigMap holds it; None when absent or not readable."""
+        try:
+            config_map = self.api.get("v1", "configmaps", namespace, name)
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            return None
+        return ((config_map or {}).get("data") or {}).get(key)
 
     def running_pods(self) -> list[dict]:
         return self.api.list("v1", "pods", field_selector="status.phase=Running")
