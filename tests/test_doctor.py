@@ -156,8 +156,8 @@ class FakeCluster:
         self._served, self._keeps = set(served), keeps_scheduling_group
         self._leases, self._pods, self.bindings = list(leases), list(pods), bindings or {}
         self.jobs: list[dict] = []
-        # Kueue: its Workload apiVersion (None: not installed), its Configuration's text, its Workloads
-        self.kueue: str | None = None
+        # Kueue: is its API served, its Configuration's text, its Workloads
+        self.kueue = False
         self.kueue_text: str | None = None
         self.kueue_workloads: list[dict] = []
         # operator: (Deployment, its pods, its Lease); args: a Deployment with these args alone
@@ -187,15 +187,14 @@ class FakeCluster:
     def tfjobs(self):
         return self.jobs
 
-    def workload_api(self):
+    def serves_workloads(self):
         return self.kueue
 
     def kueue_config(self, namespace, name, key):
         assert (namespace, name, key) == ("kueue-system", "kueue-manager-config", "controller_manager_config.yaml")
         return self.kueue_text
 
-    def workloads(self, api_version, namespace):
-        assert api_version == self.kueue
+    def workloads(self, namespace):
         return [w for w in self.kueue_workloads if w["metadata"]["namespace"] == namespace]
 
     def running_pods(self):
@@ -477,17 +476,17 @@ def test_kueue_configuration_read_for_the_tfjob_integration(text, listed):
 
 # (Kueue served, its Configuration, jobs, Workloads): (ok of the one Kueue check, or no check; words in it)
 KUEUE_CASES = [
-    (None, WITHOUT_TFJOB, [_labelled("a", 300, "u1")], [], None, ""),  # no Kueue: nothing to say
-    ("kueue.x-k8s.io/v1beta1", None, [], [], None, ""),  # nothing known either way
-    ("kueue.x-k8s.io/v1beta1", WITH_TFJOB, [], [], True, "lists it"),
-    ("kueue.x-k8s.io/v1beta1", WITHOUT_TFJOB, [], [], False, "lacks kubeflow.org/tfjob"),
-    ("kueue.x-k8s.io/v1beta1", None, [_labelled("a", 300, "u1")], [_workload_of("u1")], True,
+    (False, WITHOUT_TFJOB, [_labelled("a", 300, "u1")], [], None, ""),  # no Kueue: nothing to say
+    (True, None, [], [], None, ""),  # nothing known either way
+    (True, WITH_TFJOB, [], [], True, "lists it"),
+    (True, WITHOUT_TFJOB, [], [], False, "lacks kubeflow.org/tfjob"),
+    (True, None, [_labelled("a", 300, "u1")], [_workload_of("u1")], True,
      "each of 1 labelled TFJob(s) has its Workload"),
-    ("kueue.x-k8s.io/v1beta2", WITH_TFJOB, [_labelled("a", 300, "u1"), _labelled("b", 300, "u2")],
+    (True, WITH_TFJOB, [_labelled("a", 300, "u1"), _labelled("b", 300, "u2")],
      [_workload_of("u1")], False, "1 TFJob(s) labelled kueue.x-k8s.io/queue-name have no Workload after 60 s"
      ", so Kueue does not hold them to its quota: ml/b"),
     # too young, finished or without a queue label: no Workload is awaited
-    ("kueue.x-k8s.io/v1beta1", None, [_labelled("a", 5, "u1"), _labelled("b", 300, "u2", finished=True),
+    (True, None, [_labelled("a", 5, "u1"), _labelled("b", 300, "u2", finished=True),
                                       _labelled("c", 300, "u3", queue=None)], [], None, ""),
 ]
 

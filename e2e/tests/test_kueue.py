@@ -14,8 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime
@@ -41,6 +39,7 @@ from e2e.tests.kueue_helpers import (
     wl_true,
     workload,
 )
+from e2e.tests.test_in_cluster import doctor
 from e2e.tests.lifecycle_helpers import Env, condition, is_true, operator, pod_names, replica, tfjob
 from tfop.tools.doctor import kueue as doctor_kueue
 
@@ -224,8 +223,7 @@ def test_lowercase_replica_keys_are_invisible_to_kueue_so_the_job_waits(make_env
 
 def _kueue_check(cluster) -> tuple[str, str]:
     """tfop doctor's Kueue check, as its user reads it: (PASS/FAIL/SKIP, the lines under it)."""
-    report = subprocess.run([sys.executable, "-m", "tfop", "doctor", "--kubeconfig", str(cluster.dir / "kubeconfig")],
-                            capture_output=True, text=True, timeout=120).stdout
+    report = doctor(cluster).stdout
     lines = report.splitlines()
     at = next((i for i, line in enumerate(lines) if line.endswith("] " + doctor_kueue.TITLE)), None)
     assert at is not None, report

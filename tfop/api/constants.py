@@ -5,6 +5,8 @@ KIND = "TFJob"
 PLURAL = "tfjobs"
 STORAGE_VERSION = "v1"
 SERVED_VERSIONS = ("v1", "v1beta1", "v1alpha2")
+# The version of Kueue's API tfop reads (its Workloads, LocalQueues), and `tfop doctor` checks.
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
 
 # Canonical replica types, in the order objects are created and TF_CONFIG lists them.
 REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")

@@ -20,7 +20,7 @@ from functools import partial
 from sys import intern
 from typing import Any
 
-from tfop.api.constants import LABEL_OPERATOR, OPERATOR_NAME
+from tfop.api.constants import KUEUE_API, LABEL_OPERATOR, OPERATOR_NAME
 from tfop.core.room import Capacity, NodeRoom, Taint
 from tfop.gang.base import GangBackend
 from tfop.gang.shape import pod_requests
@@ -41,7 +41,6 @@ WAKE_SECONDS = 0.25
 # And at most once per WAKE_GAP_SECONDS: pods ending one after another (a namespace deleted, another
 # team's jobs finishing) would otherwise have every waiting gang pass four times a second.
 WAKE_GAP_SECONDS = SNAPSHOT_SECONDS
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
 MAX_SHARED_REQUESTS = 4096  # distinct request sets shared among bound pods
 
 

@@ -1,7 +1,7 @@
 """The few API calls `tfop doctor` makes, behind one object (tests fake it), over tfop's one client."""
 from __future__ import annotations
 
-from tfop.api.constants import GROUP, PLURAL
+from tfop.api.constants import GROUP, KUEUE_API, PLURAL
 from tfop.kube.blocking import ApiError, BlockingClient
 from tfop.runtime import discovery
 
@@ -9,7 +9,6 @@ from tfop.runtime import discovery
 SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
 # Events read of each reason: enough to find a scheduler by name, never the whole history.
 MOST_EVENTS = 500
-KUEUE_WORKLOAD_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
 
 
 class Cluster:
@@ -51,15 +50,12 @@ class Cluster:
             self._tfjobs = self.api.list(f"{GROUP}/v1", PLURAL)
         return self._tfjobs
 
-    def workload_api(self) -> str | None:
-        """The apiVersion Kueue's Workloads are served at, None without Kueue."""
-        for api_version in KUEUE_WORKLOAD_VERSIONS:
-            if self.served(api_version, "workloads"):
-                return api_version
-        return None
+    def serves_workloads(self) -> bool:
+        """Is Kueue's Workload API served, at the version the operator reads?"""
+        return self.served(KUEUE_API, "workloads")
 
-    def workloads(self, api_version: str, namespace: str) -> list[dict]:
-        return self.api.list(api_version, "workloads", namespace)
+    def workloads(self, namespace: str) -> list[dict]:
+        return self.api.list(KUEUE_API, "workloads", namespace)
 
     def kueue_config(self, namespace: str, name: str, key: str) -> str | None:
         """Kueue's Configuration as its ConfigMap holds it; None when absent or not readable."""

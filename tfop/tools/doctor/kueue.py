@@ -84,16 +84,15 @@ def verdict(listed: bool | None, labelled: int, unqueued: list[str]) -> list[Che
 
 
 def kueue_checks(cluster: Cluster, now: dt.datetime) -> list[Check]:
-    """None when no Kueue API is served; else the verdict of kueue's Configuration and labelled jobs."""
+    """No check when Kueue's API is not served; else the verdict of its Configuration and labelled jobs."""
     try:
-        api_version = cluster.workload_api()
-        if api_version is None:
+        if not cluster.serves_workloads():
             return []
         listed = frameworks_listed(cluster.kueue_config(*CONFIG_MAP, CONFIG_KEY))
         jobs = awaiting_workloads(cluster.tfjobs(), now)
         namespaces = sorted({j["metadata"].get("namespace") for j in jobs})[:MOST_NAMESPACES]
         jobs = [j for j in jobs if j["metadata"].get("namespace") in namespaces]
-        workloads = [w for ns in namespaces for w in cluster.workloads(api_version, ns)]
+        workloads = [w for ns in namespaces for w in cluster.workloads(ns)]
     except Exception as err:  # noqa: BLE001 - doctor's user may not read them; the other checks still stand
         return [Check(TITLE, None, f"could not read Kueue's Workloads or the TFJobs: {err}")]
     return verdict(listed, len(jobs), without_workload(jobs, workloads))
