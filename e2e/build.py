@@ -74,8 +74,10 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "kube-scheduler-1.30": "k8s.io/kubernetes/cmd/kube-scheduler",
     },
     "yunikorn": {"yunikorn-scheduler": "github.com/apache/yunikorn-k8shim/pkg/cmd/shim"},
-    # Job queueing and quota admission (its kubeflow.org/tfjob integration suspends/unsuspends TFJobs).
+    # Job queueing and quota admission (its kubeflow.org/tfjob integration suspends/unsuspends TFJobs),
+    # and MultiKueue: v0.15.0, and v0.10.2 (before Kueue defaulted managedBy).
     "kueue": {"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
+    "kueue-0.10": {"kueue-manager-0.10": "sigs.k8s.io/kueue/cmd/kueue"},
     "training-operator": {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"},
     # Lints and renders charts/tfop in tests/test_install_paths.py and e2e/tests/test_install.py.
     "helm": {"helm": "helm.sh/helm/v3/cmd/helm"},

@@ -36,8 +36,8 @@ ALL_SCHEDULERS = ("default", "coscheduling", "volcano", "koordinator")  # the de
 # admission webhook (needs "volcano") registers cluster-wide webhook configurations that every
 # pod create of the cluster then goes through.
 # Kueue (not a scheduler: quota admission of TFJobs) likewise registers cluster-wide webhooks,
-# on every TFJob create and update.
-KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook", "kueue")
+# on every TFJob create and update: "kueue" is v0.15.0, "kueue-0.10" v0.10.2 (e2e.harness.kueue).
+KNOWN_SCHEDULERS = ALL_SCHEDULERS + ("yunikorn", "volcano-webhook", *kueue.RELEASES)
 # The components after kwok, in start order, each started when its name is in `schedulers`.
 _BATCH_SCHEDULERS = (("coscheduling", scheduler_plugins.start), ("volcano", volcano.start_scheduler),
                      ("yunikorn", yunikorn.start), ("koordinator", koordinator.start))
@@ -50,7 +50,7 @@ _PORTS = ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok", "cosched
           "kube_proxy_healthz", "kube_proxy_metrics")
 _STATE_DIRS = ("etcd", "pki", "kubeconfigs", "sa-kubeconfigs")
 _STATE_FILES = ("state.json", "kubeconfig", "kwok.yaml", "volcano.conf", "coscheduling.yaml", "kube-scheduler.yaml",
-                "koordinator.yaml", "kueue.yaml", "audit-policy.yaml")
+                "koordinator.yaml", "kueue.yaml", "kueue-crds.yaml", "audit-policy.yaml")
 
 
 def default_dir() -> Path:
@@ -63,7 +63,7 @@ def components_for(schedulers, kubernetes: str | None = None) -> list[str]:
     comps = ["kubernetes", "etcd", "kwok"] + ([KUBERNETES_VERSIONS[kubernetes]] if kubernetes else [])
     # volcano-webhook: the volcano component's second binary
     extra = {"coscheduling": "scheduler-plugins", "volcano": "volcano", "yunikorn": "yunikorn",
-             "koordinator": "koordinator", "kueue": "kueue"}
+             "koordinator": "koordinator", **{entry: rel.component for entry, rel in kueue.RELEASES.items()}}
     return comps + [extra[s] for s in schedulers if s in extra]
 
 
@@ -82,6 +82,7 @@ def check_options(schedulers, real_nodes: int, kubernetes: str | None) -> None:
     unknown = set(schedulers) - set(KNOWN_SCHEDULERS)
     if unknown:
         raise ClusterError(f"unknown schedulers {sorted(unknown)}; known: {KNOWN_SCHEDULERS}")
+    kueue.release_of(schedulers)  # at most one
     if "volcano-webhook" in schedulers and "volcano" not in schedulers:
         raise ClusterError("volcano-webhook needs volcano (its CRDs and open queues)")
     if real_nodes not in (0, 1):
@@ -349,8 +350,8 @@ def _start(c: Cluster, schedulers: list[str], gpu_nodes: int, gpus: int, timeout
         timeout, "kube-controller-manager")
     if "volcano-webhook" in schedulers:  # last: its readiness check creates a (dry-run) pod
         volcano.start_webhook(c, timeout)
-    if "kueue" in schedulers:
-        kueue.start(c, timeout)
+    if entry := kueue.release_of(schedulers):
+        kueue.start(c, timeout, entry)
 
 
 def _remove_state(cluster_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""TFJobs behind Kueue's quota (sigs.k8s.io/kueue v0.10.2, its kubeflow.org/tfjob integration).
+"""TFJobs behind Kueue's quota (sigs.k8s.io/kueue v0.15.0, its kubeflow.org/tfjob integration).
 
 Kueue's webhook suspends every TFJob labelled kueue.x-k8s.io/queue-name at create; Kueue makes a
 Workload of it, admits it within its ClusterQueue's quota by setting spec.runPolicy.suspend to
