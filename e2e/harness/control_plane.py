@@ -39,6 +39,9 @@ AUDIT_POLICY = {
         # kube-controller-manager acts as ServiceAccounts of kube-system: not under test, and most
         # of the traffic.
         {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        # A TFJob a ServiceAccount creates (MultiKueue's copy on a worker), with what it sent.
+        {"level": "Request", "userGroups": ["system:serviceaccounts"], "verbs": ["create"],
+         "resources": [{"group": "kubeflow.org", "resources": ["tfjobs"]}]},
         {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
         {"level": "None"},
     ],

@@ -20,9 +20,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
-def queue_objects(ns: str, gpus: int, *, preempt: bool = False, hold: bool = False) -> list[dict]:
+def queue_objects(ns: str, gpus: int, *, preempt: bool = False, hold: bool = False,
+                  checks: tuple[str, ...] = ()) -> list[dict]:
     """A ResourceFlavor, a ClusterQueue of `gpus` GPUs (CPU and memory: more than any test asks)
-    for this namespace only, and the namespace's LocalQueue `ns` on it."""
+    for this namespace only, with these AdmissionChecks, and the namespace's LocalQueue `ns` on it."""
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
         "resourceGroups": [{
@@ -36,6 +37,8 @@ def queue_objects(ns: str, gpus: int, *, preempt: bool = False, hold: bool = Fal
         spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
     if hold:  # admits nothing until set back to None
         spec["stopPolicy"] = "Hold"
+    if checks:
+        spec["admissionChecks"] = list(checks)
     return [
         {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": ns}},
         {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": ns}, "spec": spec},
