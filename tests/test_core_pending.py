@@ -174,12 +174,21 @@ UNUSED = ("couldn't assign flavors to pod set worker: insufficient unused quota 
           "default-flavor, 4 more needed")
 MAXIMUM = ("couldn't assign flavors to pod set worker: insufficient quota for nvidia.com/gpu in flavor default-flavor, "
            "request > maximum capacity (16 > 8)")
+MAXIMUM_SO_FAR = ("couldn't assign flavors to pod set worker: insufficient quota for nvidia.com/gpu in flavor "
+                  "default-flavor, previously considered podsets requests (2) + current podset request (14) > "
+                  "maximum capacity (8)")  # Kueue v0.15
 # (case, Kueue's message, what the job asks, expected)
 KUEUE_TABLE = [
     ("unused quota short", UNUSED, {GPU: Fraction(8), "cpu": Fraction(2)},
      Waiting("queue team-a (ClusterQueue gpus) holds the job: it needs 8 nvidia.com/gpu, 4 are left in its quota",
              "QueueQuotaExceeded")),
     ("more than the quota ever holds", MAXIMUM, {GPU: Fraction(16)},
+     Waiting("queue team-a (ClusterQueue gpus) holds the job: it needs 16 nvidia.com/gpu, more than its quota of 8 "
+             "ever holds", "QueueQuotaExceeded")),
+    ("more than the quota ever holds, as Kueue v0.15 says it", MAXIMUM_SO_FAR, {GPU: Fraction(16)},
+     Waiting("queue team-a (ClusterQueue gpus) holds the job: it needs 16 nvidia.com/gpu, more than its quota of 8 "
+             "ever holds", "QueueQuotaExceeded")),
+    ("Kueue v0.15 counting only the pod sets so far", MAXIMUM_SO_FAR, {},
      Waiting("queue team-a (ClusterQueue gpus) holds the job: it needs 16 nvidia.com/gpu, more than its quota of 8 "
              "ever holds", "QueueQuotaExceeded")),
     ("a missing LocalQueue", "LocalQueue team-a doesn't exist", {GPU: Fraction(8)},

@@ -27,6 +27,9 @@ class QuotaShortage:
 # Kueue's words (sigs.k8s.io/kueue flavorassigner, workload controller), read for their numbers.
 _UNUSED = re.compile(r"insufficient unused quota for (\S+) in flavor \S+, (\S+) more needed")
 _MAXIMUM = re.compile(r"insufficient quota for (\S+) in flavor \S+, request > maximum capacity \((\S+) > (\S+)\)")
+# Kueue v0.15+: the pod sets before this one and this one's, against the quota's most.
+_MAXIMUM_SO_FAR = re.compile(r"insufficient quota for (\S+) in flavor \S+, previously considered podsets requests "
+                             r"\((\S+)\) \+ current podset request \((\S+)\) > maximum capacity \((\S+)\)")
 _NO_LOCAL_QUEUE = re.compile(r"LocalQueue (\S+) doesn't exist")
 
 
@@ -43,6 +46,13 @@ def kueue_shortage(local_queue: str, cluster_queue: str, said: str, asked: Mappi
     for resource, request, maximum in _MAXIMUM.findall(said):
         try:
             needs[resource] = (parse_quantity(request), None)
+            most[resource] = parse_quantity(maximum)
+        except ValueError:
+            continue
+    for resource, before, current, maximum in _MAXIMUM_SO_FAR.findall(said):
+        try:  # the whole job asks at least what Kueue had counted when the quota ran out
+            counted = parse_quantity(before) + parse_quantity(current)
+            needs[resource] = (max(asked.get(resource) or Fraction(0), counted), None)
             most[resource] = parse_quantity(maximum)
         except ValueError:
             continue
