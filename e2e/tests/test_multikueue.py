@@ -68,9 +68,8 @@ def envs(fleet, request):
     yield make
     for out in made:
         for env in out.values():
-            if env.cluster.alive_components().get("kube-apiserver"):
-                delete_cluster_objects(env, env.ns)
-                env.cluster.kubectl("delete", "namespace", env.ns, "--wait=false", check=False)
+            delete_cluster_objects(env, env.ns)
+            env.cluster.kubectl("delete", "namespace", env.ns, "--wait=false", check=False)
             env.op.stop()
 
 
@@ -191,34 +190,3 @@ def test_a_gang_job_runs_on_the_worker_with_quota_and_succeeds_on_the_manager(en
         assert creations(env[name].cluster, since[name], ns) == [], name
     assert copy_on(idle, "train") is None and copy_created(idle.cluster, since["worker-b"], ns, "train") is None
     assert is_true(manager.job("train"), "Succeeded")
-
-
-def test_a_job_on_a_lost_worker_is_dispatched_again_and_succeeds(envs, fleet):
-    """Both workers have quota. The worker the job lands on stops answering (its apiserver stopped):
-    after Kueue's workerLostTimeout the manager dispatches the job to the other, where it runs and
-    succeeds, and the manager's Workload finishes with it. (Kueue v0.15.0 then leaves the manager's
-    TFJob suspended, without the worker's last status: its re-admission after an eviction fails,
-    kubernetes-sigs/kueue#11378, fixed in later releases.)"""
-    env = envs()
-    manager, ns = env["manager"], env["manager"].ns
-    queues(env, {"worker-a": 4, "worker-b": 4})
-    create(manager, gpu_job("train", ns, workers=2))
-    first = manager.wait("the job's copy on a worker", lambda: next(
-        (w for w in WORKERS if copy_on(env[w], "train")), None), ADMITTED_WITHIN, job="train")
-    other = next(w for w in WORKERS if w != first)
-    env[first].wait_pods_running("train", pod_names("train", Worker=2), timeout=60)
-    lost = fleet[first]
-    lost.stop_component("kube-apiserver")
-    try:
-        env[other].wait(f"the job dispatched again, to {other}", lambda: copy_on(env[other], "train"),
-                        ADMITTED_WITHIN + 30, job="train")
-        pods = env[other].wait_pods_running("train", pod_names("train", Worker=2), timeout=60)
-        for p in pods:
-            env[other].mark_exit(p["metadata"]["name"], 0)
-        finished = wl_condition(wait_workload(manager, "train", "Finished"), "Finished")
-        assert finished["reason"] == "Succeeded", finished
-        assert not any(children(manager).values()), children(manager)
-    finally:
-        lost.start_component("kube-apiserver", timeout=90)
-    env[first].wait(f"{first}'s orphaned copy collected once it answers again",
-                    lambda: copy_on(env[first], "train") is None, 60, job="train")
