@@ -23,6 +23,7 @@ from e2e.harness.errors import ClusterError
 from e2e.harness.identities import component_kubeconfig
 
 KUEUE_NAMESPACE = "kueue-system"
+KUEUE_API = "kueue.x-k8s.io/v1beta1"  # served by v0.10.2 and v0.15.0 alike
 KUEUE_FRAMEWORK = "kubeflow.org/tfjob"
 KUEUE_WEBHOOK_PATHS = ("-kubeflow-org-v1-tfjob", "-kueue-x-k8s-io-")
 TFJOB_CRD = Path(__file__).resolve().parents[2] / "crds" / "kubeflow.org_tfjobs.yaml"
@@ -122,7 +123,7 @@ def _crds(crd_dir: Path, convert_url: str, ca_bundle: str) -> list[dict]:
 
 def _webhook_answers(cluster) -> bool:
     # A dry-run ResourceFlavor goes through Kueue's mutating and validating webhooks.
-    probe = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+    probe = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
              "metadata": {"name": "kueue-webhook-probe"}}
     return cluster.kubectl("create", "--dry-run=server", "-f", "-", check=False,
                            input=json.dumps(probe)).returncode == 0

@@ -15,9 +15,8 @@ import json
 
 import yaml
 
-from e2e.harness.kueue import KUEUE_NAMESPACE
+from e2e.harness.kueue import KUEUE_API, KUEUE_NAMESPACE
 
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
 CONTROLLER = "kueue.x-k8s.io/multikueue"  # the AdmissionCheck controller, and the managedBy it defaults
 WORKER_IDENTITY = "multikueue"  # the ServiceAccount (and ClusterRole) on each worker
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # on a worker's copy: which manager made it

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
+from e2e.harness.kueue import KUEUE_API
 from e2e.harness.kwok import GPU_RESOURCE
 from e2e.tests.lifecycle_helpers import Env, replica, tfjob
 
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 

@@ -82,11 +82,6 @@ def queues(envs: dict[str, Env], worker_gpus: dict[str, int]) -> None:
         envs[worker].apply(*queue_objects(ns, gpus=gpus))
 
 
-def copy_on(env: Env, job: str) -> dict | None:
-    """The worker's copy of `job`, if this worker has one."""
-    return env.job(job)
-
-
 def children(env: Env) -> dict[str, list[str]]:
     """The namespace's pods, Services and PodGroups (by name), as listed now; a cluster without
     Volcano's API has no PodGroup."""
@@ -155,7 +150,7 @@ def test_a_gang_job_runs_on_the_worker_with_quota_and_succeeds_on_the_manager(en
     assert stored["spec"]["runPolicy"]["suspend"] is True, stored["spec"]
     assert stored["spec"]["runPolicy"].get("managedBy") == multikueue.CONTROLLER, stored["spec"]["runPolicy"]
 
-    remote = worker.wait("the job's copy on worker-a", lambda: copy_on(worker, "train"), ADMITTED_WITHIN, job="train")
+    remote = worker.wait("the job's copy on worker-a", lambda: worker.job("train"), ADMITTED_WITHIN, job="train")
     labels = remote["metadata"]["labels"]
     assert labels.get(multikueue.ORIGIN_LABEL) and labels.get(multikueue.PREBUILT_WORKLOAD_LABEL), labels
     assert not remote["spec"]["runPolicy"].get("managedBy"), "Kueue clears managedBy on the worker's copy"
@@ -183,10 +178,10 @@ def test_a_gang_job_runs_on_the_worker_with_quota_and_succeeds_on_the_manager(en
         worker.mark_exit(p["metadata"]["name"], 0)
     manager.wait_condition("train", "Succeeded", timeout=60)
     assert manager.job("train")["status"].get("completionTime")
-    worker.wait("worker-a's copy cleaned up", lambda: copy_on(worker, "train") is None, 60, job="train")
+    worker.wait("worker-a's copy cleaned up", lambda: worker.job("train") is None, 60, job="train")
 
     for name in ("manager", "worker-b"):
         assert not any(children(env[name]).values()), (name, children(env[name]))
         assert creations(env[name].cluster, since[name], ns) == [], name
-    assert copy_on(idle, "train") is None and copy_created(idle.cluster, since["worker-b"], ns, "train") is None
+    assert idle.job("train") is None and copy_created(idle.cluster, since["worker-b"], ns, "train") is None
     assert is_true(manager.job("train"), "Succeeded")
